@@ -1,0 +1,4 @@
+"""`python -m grader`: the command line."""
+from grader.cli import main
+
+raise SystemExit(main())

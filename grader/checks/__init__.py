@@ -1,0 +1,1 @@
+"""Checks: pure functions from what the grader observed to a verdict."""

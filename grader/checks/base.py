@@ -1,0 +1,88 @@
+"""What a check is: a small pure function from observations to a verdict.
+
+A check receives a `CheckContext` (the runs it grades, the reference the grader computed for
+each of them, its validated options, the arguments the grader chose) and returns a `Verdict`.
+It never prints, never runs anything, and never trusts a number the student's code reported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from grader.run.job import JobResult
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one check: passed or not, one summary line, and details.
+
+    `fraction` is the share of the points earned (1.0 or 0.0 for all-or-nothing checks).
+    `deferred` names why the check cannot be graded on this machine (its points are then
+    neither given nor taken). `data` holds observed numbers for the results' extra data.
+    """
+
+    passed: bool
+    summary: str
+    details: tuple[str, ...] = ()
+    fraction: float | None = None
+    deferred: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def earned(self) -> float:
+        if self.fraction is not None:
+            return self.fraction
+        return 1.0 if self.passed else 0.0
+
+
+@dataclass(frozen=True)
+class OptionDef:
+    """One option a check accepts in the spec: its type, default and accepted range."""
+
+    kind: type
+    default: Any
+    minimum: float | None = None
+    maximum: float | None = None
+    help: str = ""
+
+    def describe(self) -> str:
+        text = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}.get(self.kind, self.kind.__name__)
+        if self.minimum is not None and self.maximum is not None:
+            text += f" from {self.minimum} to {self.maximum}"
+        elif self.minimum is not None:
+            text += f" ≥ {self.minimum}"
+        elif self.maximum is not None:
+            text += f" ≤ {self.maximum}"
+        return text
+
+    def accepts(self, value: Any) -> bool:
+        if self.kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, self.kind) and not (self.kind is int and isinstance(value, bool))
+        if ok and self.minimum is not None and value < self.minimum:
+            return False
+        if ok and self.maximum is not None and value > self.maximum:
+            return False
+        return ok
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """Everything a check may look at."""
+
+    runs: tuple[JobResult, ...]
+    options: Mapping[str, Any]
+    args: Mapping[str, Any]  # what the grader passed to the script (--name=value), seed included
+    references: Mapping[str, Any] = field(default_factory=dict)  # run name -> the practical's reference
+    gpus: int = 0  # CUDA devices the runs could use (real or virtual)
+
+
+@dataclass(frozen=True)
+class CheckDef:
+    """A check a practical offers to its spec: the function and the options it understands."""
+
+    id: str
+    function: Callable[[CheckContext], Verdict]
+    description: str
+    options: Mapping[str, OptionDef] = field(default_factory=dict)

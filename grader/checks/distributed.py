@@ -1,0 +1,334 @@
+"""Checks for data-parallel training under a launcher: who each rank is, where it computes,
+what share of the batch it takes, and whether gradients and parameters stay in step.
+
+Expected values come from what the grader chose (the layout of the launch, the arguments,
+the seed) and from the reference the grader computed itself; observed values come from the
+probe's recordings inside each rank.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable, Mapping, Sequence
+
+from grader.checks import failures
+from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.checks.numeric import Difference, Named, compare, named, scale
+from grader.run.job import JobResult, RankResult
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """Single-process full-batch training as the grader computed it, step by step.
+
+    A practical may give several acceptable trajectories for one run (e.g. with and without
+    the samples an uneven split leaves over); the first is the one feedback refers to."""
+
+    initial: Mapping[str, Sequence[float]]
+    grads: Sequence[Mapping[str, Sequence[float]]]  # before optimizer step i
+    params: Sequence[Mapping[str, Sequence[float]]]  # after optimizer step i
+    samples: int  # how many samples of the global batch a full step uses
+
+
+RunJudge = Callable[[JobResult], tuple[bool, str]]
+
+
+def run_label(run: JobResult) -> str:
+    return f"{run.spec.name} ({run.layout.describe()})"
+
+
+def per_run(ctx: CheckContext, judge: RunJudge, passed_summary: str) -> Verdict:
+    """Judge every run; the check passes when every run does."""
+    if not ctx.runs:
+        return Verdict(False, "no run of the submission was available to this check")
+    lines, failed = [], []
+    for run in ctx.runs:
+        ok, line = judge(run) if run.ranks else (False, failures.explain(run) or "the run produced no ranks")
+        lines.append(f"{'✓' if ok else '✗'} {run_label(run)}: {line}")
+        if not ok:
+            failed.append(f"{run_label(run)}: {line}")
+    if failed:
+        reasons = {line.split(": ", 1)[1] for line in failed}
+        if len(failed) == len(ctx.runs) > 1 and len(reasons) == 1:
+            return Verdict(False, f"{reasons.pop()} — in every run", ())
+        return Verdict(False, failed[0], tuple(lines))
+    return Verdict(True, passed_summary, tuple(lines))
+
+
+def _missing(run: JobResult, what: str) -> tuple[bool, str]:
+    """The line for a run where the observations a check needs are absent."""
+    return False, failures.explain(run) or f"{what} was not observed"
+
+
+def setup_values(rank: RankResult) -> dict:
+    """The script's setup variables as first seen (at DDP construction or first forward)."""
+    snapshots = rank.of_kind("globals")
+    for when in ("ddp", "first_forward", "end"):
+        for snap in snapshots:
+            if snap.get("when") == when and snap.get("values"):
+                return snap["values"]
+    return {}
+
+
+# ---------------------------------------------------------------- rank setup
+def rank_setup(ctx: CheckContext) -> Verdict:
+    """Each rank's process group, and the script's own rank / local rank / world size
+    variables, agree with what the launcher gave that rank."""
+    names = {role: ctx.options[f"{role}_variable"] for role in ("rank", "local_rank", "world_size")}
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        if not any(r.first("init_pg") for r in run.ranks):
+            return _missing(run, "a process group")
+        problems = []
+        for rank in run.ranks:
+            expected = {"rank": rank.rank, "local_rank": rank.local_rank, "world_size": run.layout.world_size}
+            group = rank.first("init_pg")
+            if group is None:
+                problems.append(f"rank {rank.rank} never initialised the process group ({failures.rank_end(rank) or 'no call seen'})")
+                continue
+            if (group.get("rank"), group.get("world_size")) != (rank.rank, run.layout.world_size):
+                problems.append(
+                    f"rank {rank.rank}: the process group says rank {group.get('rank')} of {group.get('world_size')}, "
+                    f"expected rank {rank.rank} of {run.layout.world_size} (let init_process_group read RANK and WORLD_SIZE)"
+                )
+            values = setup_values(rank)
+            for role, name in names.items():
+                if name not in values:
+                    problems.append(f"rank {rank.rank}: no variable `{name}` in the script (keep the template's names)")
+                elif values[name] != expected[role]:
+                    hint = {
+                        "local_rank": " (LOCAL_RANK: numbering starts again at 0 on every node)",
+                        "rank": " (RANK: the global number of the process)",
+                        "world_size": " (WORLD_SIZE: every process of every node)",
+                    }[role]
+                    problems.append(f"rank {rank.rank} (node {rank.node}): {name} = {values[name]!r}, expected {expected[role]}{hint}")
+        if problems:
+            return False, "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        return True, f"all {run.layout.world_size} ranks match the launcher"
+
+    return per_run(ctx, judge, "every rank knows its rank, local rank and world size")
+
+
+# ------------------------------------------------------------ device mapping
+def expected_device(rank: RankResult, gpus_per_node: int) -> str:
+    return f"cuda:{rank.local_rank}" if gpus_per_node > 0 else "cpu"
+
+
+def model_devices(rank: RankResult) -> list[str]:
+    model = rank.first("model")
+    return sorted(set(model.get("devices") or [])) if model else []
+
+
+def model_forwards(rank: RankResult) -> list[dict]:
+    return [f for f in rank.of_kind("forward") if f.get("has_params") and f.get("inputs")]
+
+
+def device_mapping(ctx: CheckContext) -> Verdict:
+    """Each rank's model and inputs live on its own device: cuda:LOCAL_RANK with GPUs, else cpu."""
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        if not any(r.first("model") for r in run.ranks):
+            return _missing(run, "the model")
+        problems = []
+        used: dict[str, list[int]] = {}
+        for rank in run.ranks:
+            want = expected_device(rank, ctx.gpus)
+            devices = model_devices(rank)
+            if not devices:
+                problems.append(f"rank {rank.rank}: no model seen ({failures.rank_end(rank) or 'not built'})")
+                continue
+            if devices != [want]:
+                hint = " — the GPU follows LOCAL_RANK, not RANK" if want.startswith("cuda") and f"cuda:{rank.rank}" in devices else ""
+                problems.append(f"rank {rank.rank} (node {rank.node}, local rank {rank.local_rank}): model on {', '.join(devices)}, expected {want}{hint}")
+            for device in devices:
+                used.setdefault(f"node {rank.node} {device}", []).append(rank.rank)
+            inputs = {i["device"] for f in model_forwards(rank) for i in f["inputs"][:1]}
+            if inputs and inputs != {want}:
+                problems.append(f"rank {rank.rank}: inputs on {', '.join(sorted(inputs))}, expected {want}")
+            wrapped = rank.first("ddp")
+            if wrapped and wrapped.get("device_ids") not in (None, [str(rank.local_rank)], [want]):
+                problems.append(f"rank {rank.rank}: DDP(device_ids={wrapped['device_ids']}), expected [{rank.local_rank}]" if want != "cpu" else f"rank {rank.rank}: DDP(device_ids={wrapped['device_ids']}) on the CPU, expected None")
+        if ctx.gpus:
+            for where, ranks in sorted(used.items()):
+                if len(ranks) > 1:
+                    problems.append(f"ranks {', '.join(map(str, ranks))} share {where}")
+        if problems:
+            return False, "; ".join(problems[:3])
+        return True, ", ".join(f"rank {r.rank}→{expected_device(r, ctx.gpus)}" for r in run.ranks)
+
+    return per_run(ctx, judge, "every rank computes on its own device")
+
+
+# --------------------------------------------------------------- batch shard
+def batch_shard(ctx: CheckContext) -> Verdict:
+    """Every rank feeds batch_size // world_size samples per step to the model."""
+    batch = int(ctx.args[ctx.options["batch_argument"]])
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        world = run.layout.world_size
+        want = batch // world
+        if not any(model_forwards(r) for r in run.ranks):
+            return _missing(run, "a forward pass of the model")
+        problems = []
+        for rank in run.ranks:
+            sizes = [f["inputs"][0]["shape"][0] if f["inputs"][0]["shape"] else 0 for f in model_forwards(rank)]
+            if not sizes:
+                problems.append(f"rank {rank.rank} never ran the model ({failures.rank_end(rank) or 'no forward seen'})")
+                continue
+            wrong = sorted({s for s in sizes if s != want})
+            if wrong:
+                hint = " — every rank trains on the whole batch" if wrong == [batch] and world > 1 else ""
+                problems.append(f"rank {rank.rank} fed {', '.join(map(str, wrong))} rows per step to the model, expected {want} (= {batch} // {world}){hint}")
+        if problems:
+            return False, "; ".join(problems[:3])
+        left = batch - want * world
+        dropped = f"; {left} left over and dropped" if left else ""
+        return True, f"{world} × {want} rows{dropped}"
+
+    return per_run(ctx, judge, "each rank takes an equal share of the global batch")
+
+
+# -------------------------------------------------------- gradients, params
+def _steps(rank: RankResult, kind: str, field: str) -> list[Named]:
+    return [named(e.get("names", []), e.get(field)) for e in sorted(rank.of_kind(kind), key=lambda e: e.get("step", 0))]
+
+
+def allreduce_pattern(rank: RankResult, steps: int) -> list[int]:
+    """All-reduce calls (DDP buckets and explicit calls) in each of the first `steps` steps."""
+    counts = Counter(e.get("step", 0) for e in rank.of_kind("allreduce"))
+    return [counts.get(step, 0) for step in range(steps)]
+
+
+def closest(observed: Named, refs: Sequence[Trajectory], pick: Callable[[Trajectory], Named], rtol: float, atol: float) -> Difference:
+    """The comparison with the first reference `observed` matches, else with the first one."""
+    first = None
+    for ref in refs:
+        diff = compare(observed, pick(ref), rtol, atol)
+        if diff.ok:
+            return diff
+        first = first or diff
+    assert first is not None
+    return first
+
+
+def _start_matches(run: JobResult, ref: Trajectory, rtol: float, atol: float) -> str | None:
+    """Why the model's initial parameters differ from the reference's, if they do."""
+    for rank in run.ranks:
+        model = rank.first("model")
+        if model and model.get("values") is not None:
+            diff = compare(named(model["names"], model["values"]), ref.initial, rtol, atol)
+            if not diff.ok:
+                return f"the model starts from other weights than the reference ({diff.describe()}): keep the template's model, seed and data"
+            return None
+    return None
+
+
+def grad_sync(ctx: CheckContext) -> Verdict:
+    """After backward, every rank holds the same gradients, equal to the single-process
+    full-batch gradient on the grader's data; the all-reduce pattern is reported."""
+    rtol, atol = ctx.options["rtol"], ctx.options["atol"]
+    patterns: dict[str, list[int]] = {}
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        refs: Sequence[Trajectory] = ctx.references[run.spec.name]
+        ref = refs[0]
+        grads = {r.rank: _steps(r, "opt_grads", "grads") for r in run.ranks}
+        if not all(grads.values()):
+            return _missing(run, "an optimizer step")
+        pattern = allreduce_pattern(run.ranks[0], len(grads[0]))
+        patterns[run.spec.name] = pattern
+        calls = f"all-reduce calls per step: {pattern}"
+        start = _start_matches(run, ref, rtol, atol)
+        if start:
+            return False, start
+        for rank in run.ranks[1:]:
+            for step, (mine, first) in enumerate(zip(grads[rank.rank], grads[0])):
+                diff = compare(mine, first, rtol, atol)
+                if not diff.ok:
+                    hint = " — no all-reduce at all: is the model wrapped in DistributedDataParallel?" if not any(pattern) else ""
+                    return False, f"step {step}: gradients differ between rank 0 and rank {rank.rank} ({diff.describe()}); {calls}{hint}"
+        diff = closest(grads[0][0], refs, lambda r: r.grads[0], rtol, atol)
+        if not diff.ok:
+            factor = scale(grads[0][0], ref.grads[0])
+            world = run.layout.world_size
+            hint = ""
+            if factor is not None and world > 1 and abs(factor - 1 / world) < 0.05 / world:
+                hint = f" — they are 1/{world} of it: averaged twice (DDP already averages; do not divide the loss or the gradients by the world size)"
+            elif factor is not None and world > 1 and abs(factor - world) < 0.05 * world:
+                hint = f" — they are {world}× it: summed instead of averaged"
+            return False, f"gradients are the same on every rank but not the full-batch gradient ({diff.describe()}){hint}; {calls}"
+        return True, f"identical on all ranks, equal to the full-batch gradient; {calls}"
+
+    verdict = per_run(ctx, judge, "gradients are synchronised and equal to single-process training")
+    return Verdict(verdict.passed, verdict.summary, verdict.details, data={"allreduce_per_step": patterns})
+
+
+def params_sync(ctx: CheckContext) -> Verdict:
+    """After all steps, the parameters are identical on every rank and equal to those of
+    single-process full-batch training."""
+    rtol, atol = ctx.options["rtol"], ctx.options["atol"]
+    steps = int(ctx.args[ctx.options["steps_argument"]])
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        refs: Sequence[Trajectory] = ctx.references[run.spec.name]
+        params = {r.rank: _steps(r, "opt_params", "values") for r in run.ranks}
+        if not all(params.values()):
+            return _missing(run, "an optimizer step")
+        short = [rank for rank, seen in params.items() if len(seen) < steps]
+        if short:
+            rank = next(r for r in run.ranks if r.rank == short[0])
+            return False, f"rank {rank.rank} took {len(params[rank.rank])} of {steps} optimizer steps ({failures.rank_end(rank) or failures.explain(run) or 'stopped early'})"
+        last = steps - 1
+        for rank in run.ranks[1:]:
+            diff = compare(params[rank.rank][last], params[0][last], rtol, atol)
+            if not diff.ok:
+                return False, f"after {steps} steps the parameters differ between rank 0 and rank {rank.rank} ({diff.describe()})"
+        diff = closest(params[0][last], refs, lambda r: r.params[last], rtol, atol)
+        if not diff.ok:
+            return False, f"after {steps} steps the parameters are the same on every rank but differ from single-process training ({diff.describe()})"
+        return True, f"identical after {steps} steps and equal to single-process training"
+
+    return per_run(ctx, judge, "parameters stay identical across ranks and match single-process training")
+
+
+# ---------------------------------------------------------------- clean exit
+def clean_exit(ctx: CheckContext) -> Verdict:
+    """Every rank destroys the process group and exits with status 0; nothing is left behind."""
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        reason = failures.explain(run)
+        if reason:
+            return False, reason
+        problems = []
+        for rank in run.ranks:
+            end = rank.first("end_state")
+            destroyed = any(e.get("default_group") for e in rank.of_kind("destroy_pg"))
+            if not destroyed or (end and end.get("pg_initialized")):
+                problems.append(f"rank {rank.rank} never called dist.destroy_process_group()")
+        if run.leftovers:
+            problems.append(f"{run.leftovers} process(es) were still running after the ranks exited and were killed")
+        if problems:
+            return False, "; ".join(problems[:3])
+        return True, f"all {run.layout.world_size} ranks destroyed the process group and exited 0"
+
+    return per_run(ctx, judge, "every rank cleans up and exits 0")
+
+
+TOLERANCES = {
+    "rtol": OptionDef(float, 1e-4, minimum=0.0, help="relative tolerance of the comparison"),
+    "atol": OptionDef(float, 1e-6, minimum=0.0, help="absolute tolerance of the comparison"),
+}
+VARIABLES = {f"{role}_variable": OptionDef(str, role, help=f"the script's name for its {role}") for role in ("rank", "local_rank", "world_size")}
+
+CHECKS = MappingProxyType({
+    check.id: check
+    for check in (
+        CheckDef("rank_setup", rank_setup, rank_setup.__doc__ or "", VARIABLES),
+        CheckDef("device_mapping", device_mapping, device_mapping.__doc__ or ""),
+        CheckDef("batch_shard", batch_shard, batch_shard.__doc__ or "", {"batch_argument": OptionDef(str, "batch_size")}),
+        CheckDef("grad_sync", grad_sync, grad_sync.__doc__ or "", TOLERANCES),
+        CheckDef("params_sync", params_sync, params_sync.__doc__ or "", {**TOLERANCES, "steps_argument": OptionDef(str, "steps")}),
+        CheckDef("clean_exit", clean_exit, clean_exit.__doc__ or ""),
+    )
+})

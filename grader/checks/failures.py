@@ -1,0 +1,143 @@
+"""Why a run did not end cleanly, in one line a student can act on.
+
+When one rank fails, the others usually fail a moment later with a connection error; those
+are consequences, so the explanation leads with the root cause (a TODO left, an exception
+in the student's code, a hang, a crash) and mentions the rest briefly.
+"""
+from __future__ import annotations
+
+import re
+import signal
+
+from grader.run.job import JobResult, RankResult
+
+_CONSEQUENCE = re.compile(
+    r"Connection (closed|reset) by peer|Broken pipe|pair closure|Socket Timeout|Timed out|timed out|"
+    r"Connection refused|DistBackendError|failed to recv|failed to send|NCCL communicator",
+)
+_TODO = re.compile(r"^TODO\b")
+
+
+def exception_of(rank: RankResult) -> dict | None:
+    """The exception a rank's script ended with, as the probe recorded it."""
+    end = rank.first("exit")
+    if end and end.get("how") == "exception":
+        return end.get("exception") or {}
+    return None
+
+
+def _where(exc: dict) -> str:
+    frames = exc.get("frames") or []
+    if not frames:
+        return ""
+    last = frames[-1]
+    code = f" ({last.get('code')})" if last.get("code") else ""
+    return f" at {last.get('file')}:{last.get('line')}{code}"
+
+
+def todo_stop(rank: RankResult) -> str | None:
+    """'TODO 1: … (p6_ddp.py:54)' when the rank stopped at an untouched TODO of the template."""
+    exc = exception_of(rank)
+    if exc and exc.get("type") == "NotImplementedError" and _TODO.match(exc.get("message", "")):
+        frames = exc.get("frames") or []
+        where = f" ({frames[-1].get('file')}:{frames[-1].get('line')})" if frames else ""
+        return f"{exc['message']}{where}"
+    return None
+
+
+def is_consequence(exc: dict) -> bool:
+    """Whether an exception looks like the echo of another rank's failure."""
+    return bool(_CONSEQUENCE.search(f"{exc.get('type', '')}: {exc.get('message', '')}"))
+
+
+def describe_exception(exc: dict) -> str:
+    message = (exc.get("message") or "").strip().splitlines()
+    first = message[0][:300] if message else ""
+    return f"{exc.get('type', 'Exception')}: {first}{_where(exc)}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def rank_end(rank: RankResult) -> str | None:
+    """One line on how a rank ended badly, or None if it exited 0 with no exception."""
+    todo = todo_stop(rank)
+    if todo:
+        return f"stopped at {todo}"
+    exc = exception_of(rank)
+    if exc is not None:
+        return f"raised {describe_exception(exc)}"
+    status = rank.status
+    if status is None:
+        return "ended without an exit status (its launcher was killed)"
+    if status.startswith("signal:"):
+        where = f" at {rank.stack[-1].describe()}" if rank.stack else ""
+        return f"was killed by {_signal_name(int(status[7:]))}{where}"
+    if rank.exit_code:
+        return f"exited with status {rank.exit_code}"
+    return None
+
+
+def explain(run: JobResult) -> str | None:
+    """The root cause of a run's failure in one line, or None when every rank ended cleanly."""
+    if run.skipped:
+        return f"not run: {run.skipped}"
+    if run.error:
+        return f"could not be run: {run.error}"
+    if run.timed_out:
+        return _explain_timeout(run)
+    todos = {r.rank: todo_stop(r) for r in run.ranks if todo_stop(r)}
+    if todos:
+        first = sorted(set(todos.values()))[0]
+        who = "every rank" if len(todos) == len(run.ranks) else _ranks(sorted(todos))
+        return f"the script stops at {first} ({who})"
+    problems = [(r, rank_end(r)) for r in run.ranks]
+    problems = [(r, p) for r, p in problems if p]
+    if not problems:
+        return None
+    root = [(r, p) for r, p in problems if not (exception_of(r) and is_consequence(exception_of(r)))]
+    if not root:
+        return _explain_lost_contact(run, [r for r, _ in problems])
+    lead_rank, lead = root[0]
+    others = [r.rank for r, _ in problems if r is not lead_rank]
+    tail = f"; then {_ranks(others)} failed too" if others else ""
+    return f"rank {lead_rank.rank} {lead}{tail}"
+
+
+def _explain_lost_contact(run: JobResult, failed: list[RankResult]) -> str:
+    """Every failure is a broken connection: the ranks disagreed on the collectives to run."""
+    exc = exception_of(failed[0]) or {}
+    gist = _CONSEQUENCE.search(f"{exc.get('type', '')}: {exc.get('message', '')}")
+    finished = [r.rank for r in run.ranks if rank_end(r) is None]
+    others = f"; {_ranks(finished)} had already finished normally" if finished else ""
+    return (
+        f"rank {failed[0].rank} lost contact with the other ranks in a collective{_where(exc)} "
+        f"({gist.group(0) if gist else exc.get('type', 'error')}){others} — every rank must run the same "
+        "collectives in the same order (e.g. backward() on every rank in every step)"
+    )
+
+
+def _explain_timeout(run: JobResult) -> str:
+    stuck = [r for r in run.ranks if r.status is None]
+    parts = []
+    for rank in stuck:
+        where = f"waits at {rank.stack[-1].describe()}" if rank.stack else "gave no stack"
+        parts.append(f"rank {rank.rank} {where}")
+    done = [r for r in run.ranks if r.status is not None]
+    if done:
+        parts.append(f"{_ranks([r.rank for r in done])} had already ended ({', '.join(sorted({_status_word(r) for r in done}))})")
+    return f"did not finish within {run.spec.timeout_s:.3g} s (a hang?): " + "; ".join(parts)
+
+
+def _status_word(rank: RankResult) -> str:
+    return rank_end(rank) or "exit 0"
+
+
+def _ranks(numbers: list[int]) -> str:
+    if len(numbers) == 1:
+        return f"rank {numbers[0]}"
+    return "ranks " + ", ".join(str(n) for n in numbers)

@@ -1,0 +1,107 @@
+"""Where the course lives and what its practicals are.
+
+The course root is the folder with `course.yaml` (the list of practicals) and the
+`assignments/` and `solutions/` folders. It is resolved in one place, in this order:
+an explicit path (--course-root), $GRADER_COURSE_ROOT, the current folder or one of its
+parents, and finally the folder that holds the installed grader package.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Mapping
+
+import yaml
+
+from grader.spec import Assignment, load_assignment
+
+COURSE_FILE = "course.yaml"
+_PRACTICAL_ID = re.compile(r"^p[0-9]+[a-z]?$")
+
+
+class CourseError(Exception):
+    """The course or one of its practicals cannot be found or loaded."""
+
+
+@dataclass(frozen=True)
+class Course:
+    root: Path
+    title: str
+    practicals: tuple[str, ...]
+
+    def spec_path(self, practical: str) -> Path:
+        return self.root / "assignments" / practical / "assignment.yaml"
+
+    def template_dir(self, practical: str) -> Path:
+        return self.root / "assignments" / practical
+
+    def solution_dir(self, practical: str) -> Path:
+        return self.root / "solutions" / practical
+
+
+@dataclass(frozen=True)
+class Practical:
+    """A practical ready to grade: its validated spec and its module (checks, references)."""
+
+    assignment: Assignment
+    module: ModuleType
+
+    @property
+    def id(self) -> str:
+        return self.assignment.id
+
+
+def find_course_root(explicit: Path | None = None, environ: Mapping[str, str] = os.environ, cwd: Path | None = None) -> Path:
+    """The course root, searched in the documented order; CourseError if there is none."""
+    if explicit is not None:
+        if not (explicit / COURSE_FILE).is_file():
+            raise CourseError(f"--course-root {explicit}: no {COURSE_FILE} there")
+        return explicit.resolve()
+    if environ.get("GRADER_COURSE_ROOT"):
+        root = Path(environ["GRADER_COURSE_ROOT"])
+        if not (root / COURSE_FILE).is_file():
+            raise CourseError(f"GRADER_COURSE_ROOT={root}: no {COURSE_FILE} there")
+        return root.resolve()
+    start = (cwd or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / COURSE_FILE).is_file():
+            return folder
+    package_home = Path(__file__).resolve().parents[1]
+    if (package_home / COURSE_FILE).is_file():
+        return package_home
+    raise CourseError(f"no {COURSE_FILE} in {start} or its parents; run from the course repository or pass --course-root")
+
+
+def load_course(root: Path) -> Course:
+    """Read course.yaml."""
+    path = root / COURSE_FILE
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise CourseError(f"{path}: cannot be read: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("practicals"), list):
+        raise CourseError(f"{path}: practicals: expected a list of practical ids, found {data!r}")
+    practicals = tuple(str(p) for p in data["practicals"])
+    for practical in practicals:
+        if not _PRACTICAL_ID.match(practical):
+            raise CourseError(f"{path}: practicals: expected ids like p6, found {practical!r}")
+    return Course(root=root, title=str(data.get("course", "")), practicals=practicals)
+
+
+def load_practical(course: Course, practical: str) -> Practical:
+    """The practical's module and its validated spec (SpecError for a bad spec)."""
+    if practical not in course.practicals:
+        known = ", ".join(course.practicals) or "none"
+        raise CourseError(f"unknown practical {practical!r}; this course has: {known}")
+    try:
+        module = importlib.import_module(f"grader.practicals.{practical}")
+    except ImportError as exc:
+        raise CourseError(f"practical {practical}: its grader module cannot be imported: {exc}") from None
+    for name in ("CHECKS", "references"):
+        if not hasattr(module, name):
+            raise CourseError(f"practical {practical}: grader/practicals/{practical}.py defines no {name}")
+    return Practical(assignment=load_assignment(course.spec_path(practical), module.CHECKS), module=module)

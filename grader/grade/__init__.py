@@ -1,0 +1,1 @@
+"""Grading: the pipeline from a submission folder to a report."""

@@ -1,0 +1,172 @@
+"""Grading one submission: choose the inputs, run the script, judge, report.
+
+1. plan the runs (the spec's, or one run of --world-size ranks) and choose the arguments,
+   the seed among them, afresh for every grading;
+2. start the runner and, while it warms up, compute the practical's reference;
+3. run each launch within the grading's time budget;
+4. judge every check on its runs and build the report.
+
+Nothing the submission does can make this raise; a failure of the grader's own code ends in
+a report whose `error` says so.
+"""
+from __future__ import annotations
+
+import platform
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from grader import __version__
+from grader.checks import failures
+from grader.checks.base import CheckContext, Verdict
+from grader.course import Practical
+from grader.results.model import CheckResult, GradingReport, RunSummary, Status
+from grader.run.job import JobResult, JobRunner, JobSpec, Layout
+from grader.spec import Assignment, CheckSpec, RunDef
+
+MIN_RUN_S = 1.0  # a run is skipped rather than started with less time than this
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    """How to grade, beyond the spec."""
+
+    world_size: int | None = None  # one run of this many ranks instead of the spec's runs
+    public_only: bool = False  # the student's self-check: visible checks only
+    seed: int | None = None  # fix the seed (to reproduce a grading); chosen at random otherwise
+    run_timeout_s: float | None = None  # one launch of the script
+    total_timeout_s: float | None = None  # the whole grading, wall clock from its start
+
+
+def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions) -> tuple[RunDef, ...]:
+    """The launches a grading performs: those the selected checks use, or the override."""
+    if options.world_size is not None:
+        return (RunDef(name=f"ws{options.world_size}", layout=Layout(1, options.world_size)),)
+    wanted = {name for check in checks for name in check.runs}
+    return tuple(run for run in assignment.runs if run.name in wanted)
+
+
+def choose_args(assignment: Assignment, seed: int | None) -> dict:
+    """The script's arguments: the spec's, plus a seed chosen now (never known in advance)."""
+    args = dict(assignment.args)
+    if assignment.seed_argument:
+        args[assignment.seed_argument] = seed if seed is not None else secrets.randbelow(2**31 - 2) + 1
+    return args
+
+
+def environment(seed: int | None) -> dict:
+    """Where this grading ran: host, Python, torch, devices, grader version."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    devices = f"{gpus} × {torch.cuda.get_device_name(0)}" if gpus else "CPU only (no CUDA GPU)"
+    return {
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_gpus": gpus,
+        "devices": devices,
+        "grader": __version__,
+        "seed": seed,
+    }
+
+
+def _missing_script(assignment: Assignment, submission: Path) -> str | None:
+    if (submission / assignment.script).is_file():
+        return None
+    present = sorted(p.name for p in submission.glob("*.py"))[:8]
+    found = f" (it holds: {', '.join(present)})" if present else ""
+    return f"{assignment.script} is not in the submission{found}"
+
+
+def _run_all(runs: tuple[RunDef, ...], job_for: Callable[[RunDef, float], JobSpec], runner: JobRunner, deadline: float, budget_s: float, missing: str | None) -> dict[str, JobResult]:
+    results: dict[str, JobResult] = {}
+    for run in runs:
+        left = deadline - time.monotonic()
+        job = job_for(run, max(left, 0.0))
+        if missing:
+            results[run.name] = JobResult(spec=job, ranks=[], skipped=missing)
+        elif left < MIN_RUN_S:
+            results[run.name] = JobResult(spec=job, ranks=[], skipped=f"the grading's time budget ({budget_s:g} s) was used up by earlier runs")
+        else:
+            results[run.name] = runner.run(job)
+    return results
+
+
+def _summaries(results: dict[str, JobResult]) -> tuple[RunSummary, ...]:
+    summaries, shown = [], set()
+    for name, run in results.items():
+        outcome = failures.explain(run)
+        output = ""
+        if outcome and run.ranks and outcome not in shown:
+            shown.add(outcome)
+            culprits = [r for r in run.ranks if failures.rank_end(r) and not (failures.exception_of(r) and failures.is_consequence(failures.exception_of(r)))]
+            for rank in culprits[:1] or [r for r in run.ranks if r.stderr_tail.strip()][:1]:
+                tail = rank.stderr_tail.strip().splitlines()[-15:]
+                output = "\n".join([f"rank {rank.rank} stderr (last lines):", *tail]) if tail else ""
+        summaries.append(RunSummary(name=name, layout=run.layout.describe(), wall_s=run.wall_s, outcome=outcome or "ok", output=output))
+    return tuple(summaries)
+
+
+def _judge(practical: Practical, spec: CheckSpec, context: CheckContext) -> Verdict:
+    return practical.module.CHECKS[spec.check].function(context)
+
+
+def grade(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions()) -> GradingReport:
+    """Grade `submission` (a folder) for `practical` with `runner`; see the module docstring."""
+    started = time.monotonic()
+    assignment = practical.assignment
+    checks = tuple(c for c in assignment.checks if c.public or not options.public_only)
+    runs = plan_runs(assignment, checks, options)
+    args = choose_args(assignment, options.seed)
+    run_timeout = options.run_timeout_s or assignment.run_timeout_s
+    budget = options.total_timeout_s or assignment.total_timeout_s
+    argv = tuple(f"--{key}={value}" for key, value in args.items())
+
+    def job_for(run: RunDef, left: float) -> JobSpec:
+        return JobSpec(
+            name=run.name,
+            submission=submission,
+            script=assignment.script,
+            argv=argv,
+            layout=run.layout,
+            timeout_s=min(run_timeout, left) if left > 0 else run_timeout,
+            watch_globals=assignment.variables,
+        )
+
+    env: dict = {}
+    try:
+        runner.start()  # warms up while this process imports torch and computes the reference
+        env = environment(args.get(assignment.seed_argument) if assignment.seed_argument else None)
+        references = practical.module.references(args, runs)
+        results = _run_all(runs, job_for, runner, started + budget, budget, _missing_script(assignment, submission))
+    except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
+        return GradingReport.failure(assignment.id, f"{type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started, environment=env)
+    finally:
+        runner.close()
+
+    graded, errors = [], []
+    for number, spec in enumerate(checks, 1):
+        chosen = tuple(results.values()) if options.world_size is not None else tuple(results[name] for name in spec.runs)
+        context = CheckContext(runs=chosen, options=spec.options, args=args, references=references, gpus=env["cuda_gpus"])
+        try:
+            verdict = _judge(practical, spec, context)
+        except Exception as exc:  # noqa: BLE001 - a bug in a check must not lose the other checks
+            errors.append(f"check {spec.id} failed: {type(exc).__name__}: {exc}")
+            graded.append(CheckResult(spec.id, spec.title, number, 0.0, spec.points, Status.ERROR, "the grader failed while judging this check (not your fault)", visibility=spec.visibility))
+            continue
+        status = Status.DEFERRED if verdict.deferred else Status.PASSED if verdict.passed else Status.FAILED
+        summary = f"not graded here: {verdict.deferred}" if verdict.deferred else verdict.summary
+        score = 0.0 if verdict.deferred else round(spec.points * verdict.earned, 4)
+        graded.append(CheckResult(spec.id, spec.title, number, score, spec.points, status, summary, verdict.details, spec.visibility, dict(verdict.data)))
+    return GradingReport(
+        practical=assignment.id,
+        title=assignment.title,
+        checks=tuple(graded),
+        runs=_summaries(results),
+        execution_time_s=time.monotonic() - started,
+        environment=env,
+        error="; ".join(errors) or None,
+    )

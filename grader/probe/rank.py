@@ -1,0 +1,166 @@
+"""Run one rank of a job inside a freshly forked process, as `python script.py args` would.
+
+The rank gets exactly the environment the job asks for (torchrun's variables among it), its
+own working directory, stdout and stderr files, a fault handler that dumps every thread's
+stack on SIGUSR1 (the grader's "where are you stuck?") and on a crash, and the observers.
+The script runs under runpy as `__main__`; how it ended is recorded, then the process exits
+with the code Python itself would have used.
+"""
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import io
+import os
+import runpy
+import signal
+import sys
+import traceback
+from types import TracebackType
+
+SOURCE_LINE_LIMIT = 200
+PROBE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+
+
+def _redirect_stdio(out_path: str, err_path: str) -> None:
+    """Point fds 0/1/2 at /dev/null and the rank's files, close every other inherited fd."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for fd, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, target)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="backslashreplace")
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace")
+
+
+def _frame_entry(filename: str, lineno: int | None, func: str, line: str | None, cwd: str) -> dict:
+    rel = os.path.relpath(filename, cwd) if os.path.isabs(filename) else filename
+    return {"file": rel, "line": lineno, "func": func, "code": (line or "").strip()[:SOURCE_LINE_LIMIT]}
+
+
+def describe_exception(exc: BaseException, cwd: str) -> dict:
+    """The exception's type and message, and its frames split into the student's (files under
+    `cwd`) and the innermost library frame where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    prefix = os.path.join(cwd, "")
+    student = [_frame_entry(f.filename, f.lineno, f.name, f.line, cwd) for f in frames if f.filename.startswith(prefix)]
+    if isinstance(exc, SyntaxError) and exc.filename and str(exc.filename).startswith(prefix):
+        student.append(_frame_entry(exc.filename, exc.lineno, "<module>", exc.text, cwd))
+    library = None
+    if frames and not frames[-1].filename.startswith(prefix):
+        last = frames[-1]
+        library = _frame_entry(last.filename, last.lineno, last.name, last.line, cwd)
+    message = str(exc)
+    if isinstance(exc, SyntaxError):
+        message = exc.msg or message
+    return {"type": type(exc).__name__, "message": message[:2000], "frames": student[-8:], "library_frame": library}
+
+
+def _trim(te: traceback.TracebackException, cwd: str, seen: set[int]) -> None:
+    """Drop the launcher's frames (before the script's first frame, and the probe's own) and
+    show the student's files relative to their folder, as a plain `python script.py` would."""
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    prefix = os.path.join(cwd, "")
+    frames = list(te.stack)
+    first = next((i for i, f in enumerate(frames) if f.filename.startswith(prefix)), None)
+    if first is not None:
+        frames = [
+            traceback.FrameSummary(f.filename[len(prefix):] if f.filename.startswith(prefix) else f.filename, f.lineno, f.name, line=f.line)
+            for f in frames[first:]
+            if not f.filename.startswith(PROBE_DIR)
+        ]
+        te.stack = traceback.StackSummary.from_list(frames)
+    if isinstance(getattr(te, "filename", None), str) and te.filename.startswith(prefix):
+        te.filename = te.filename[len(prefix):]
+    for chained in (te.__cause__, te.__context__):
+        if chained is not None:
+            _trim(chained, cwd, seen)
+
+
+def print_student_traceback(exc: BaseException, cwd: str) -> None:
+    """Print the traceback of `exc` to stderr, trimmed to what the student wrote."""
+    te = traceback.TracebackException.from_exception(exc)
+    _trim(te, cwd, set())
+    sys.stderr.write("".join(te.format()))
+
+
+def _script_namespace(tb: TracebackType | None, script: str) -> dict | None:
+    """The script's module globals, taken from a traceback that passed through it."""
+    namespace = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename == script and code.co_name == "<module>":
+            namespace = tb.tb_frame.f_globals
+        tb = tb.tb_next
+    return namespace
+
+
+def _exit_code(code: object) -> int:
+    """The process exit code Python uses for `SystemExit(code)`."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_rank(config: dict) -> None:
+    """Become one rank and run the student's script; never returns."""
+    code = 1
+    try:
+        os.environ.clear()
+        os.environ.update(config["env"])
+        os.chdir(config["cwd"])  # this is a fresh child process: its cwd is its own
+        _redirect_stdio(config["stdout"], config["stderr"])
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        fault_file = open(config["faults"], "w")  # noqa: SIM115 - kept open for the fault handler
+        faulthandler.enable(file=fault_file, all_threads=True)
+        faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True)
+        code = _run_script(config)
+    finally:
+        os._exit(code)
+
+
+def _run_script(config: dict) -> int:
+    import torch  # already imported by the zygote; here for the thread setting
+
+    from grader.probe.observers import Probe
+    from grader.probe.recorder import Recorder
+
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        torch.set_num_threads(max(int(os.environ["OMP_NUM_THREADS"]), 1))
+    recorder = Recorder(config["observations"], config.get("max_observation_bytes", 8 << 20))
+    probe = Probe(recorder, config)
+    probe.install()
+    script = config["script"]
+    recorder.emit("start", pid=os.getpid(), argv=config["argv"], torch=torch.__version__, step=0)
+    sys.argv = [script, *config["argv"]]
+    sys.path[0] = os.path.dirname(script)
+    namespace = None
+    code = 0
+    try:
+        namespace = runpy.run_path(script, run_name="__main__")
+        recorder.emit("exit", how="returned", code=0, step=probe.step)
+    except SystemExit as exc:
+        namespace = _script_namespace(exc.__traceback__, script)
+        code = _exit_code(exc.code)
+        recorder.emit("exit", how="system_exit", code=code, step=probe.step)
+    except BaseException as exc:  # noqa: BLE001 - every failure of student code is recorded
+        namespace = _script_namespace(exc.__traceback__, script)
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        recorder.emit("exit", how="exception", code=code, exception=describe_exception(exc, config["cwd"]), step=probe.step)
+        print_student_traceback(exc, config["cwd"])
+    probe.finish(namespace)
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        recorder.close()
+    return code

@@ -1,0 +1,136 @@
+"""A fork server for ranks: `python -m grader.probe.zygote MODULE...`.
+
+Why: importing torch costs about 2 s of CPU, and DistributedDataParallel's first construction
+another 2 s (it imports torch._dynamo). A grading starts 10 to 20 ranks, so the zygote pays
+for those imports once and forks every rank from the warm interpreter; torch starts no threads
+at import and CUDA is never touched here, so forking is safe (the same reason torchrun's
+workers could be forked).
+
+Protocol (JSON lines): the zygote prints {"event": "ready"} once warm, then for each request
+{"op": "job", "id": ..., "ranks": [rank config, ...]} on stdin it forks a job *leader* that
+becomes a session leader and a child subreaper, forks the ranks, and prints
+{"event": "started", "job", "pids"}, {"event": "rank_exit", "job", "rank", "status"} as each
+rank ends, and {"event": "exited", "job", "status", "leftovers"} when every rank has ended (processes a rank left behind are killed then). The zygote prints
+{"event": "leader_exit", "job", "status", "orphans"} when the leader is gone, however it ended
+(the grader kills the leader's whole session on a timeout), with the number of processes the
+job left running that the zygote killed then. Statuses are "exit:N" or "signal:N".
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _say(message: dict) -> None:
+    """One line on fd 1, written with a single write so lines from leaders never interleave."""
+    os.write(1, (json.dumps(message) + "\n").encode())
+
+
+def _status(raw: int) -> str:
+    if os.WIFSIGNALED(raw):
+        return f"signal:{os.WTERMSIG(raw)}"
+    return f"exit:{os.WEXITSTATUS(raw)}"
+
+
+def become_subreaper() -> bool:
+    """Adopt orphaned descendants (Linux); False where the kernel has no such option."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def children_of(pid: int) -> list[int]:
+    """Processes whose parent is `pid`, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def kill_children(rounds: int = 20) -> int:
+    """Kill and reap every child of this process (orphans adopted as a subreaper) until none
+    is left: a dying process can hand its own children over a moment later. Returns how many
+    were still running (zombies only needed reaping)."""
+    running = 0
+    for _ in range(rounds):
+        children = children_of(os.getpid())
+        if not children:
+            break
+        for pid in children:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as stat:
+                    running += stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (OSError, ChildProcessError):
+                pass
+        time.sleep(0.01)
+    return running
+
+
+def _lead(job: dict) -> None:
+    """The job leader: fork the ranks, wait for them, clear up what they left; never returns."""
+    os.setsid()
+    become_subreaper()
+    from grader.probe.rank import run_rank
+
+    pids = {}
+    for config in job["ranks"]:
+        pid = os.fork()
+        if pid == 0:
+            run_rank(config)
+        pids[pid] = config["rank"]
+    _say({"event": "started", "job": job["id"], "leader": os.getpid(), "pids": {str(rank): pid for pid, rank in pids.items()}})
+    status = {}
+    while len(status) < len(pids):
+        pid, raw = os.waitpid(-1, 0)
+        if pid in pids:
+            status[str(pids[pid])] = _status(raw)
+            _say({"event": "rank_exit", "job": job["id"], "rank": pids[pid], "status": status[str(pids[pid])]})
+    _say({"event": "exited", "job": job["id"], "status": status, "leftovers": kill_children()})
+    os._exit(0)
+
+
+def main(argv: list[str]) -> int:
+    """Warm up, then serve job requests from stdin until it closes."""
+    for name in argv:
+        importlib.import_module(name)
+    become_subreaper()
+    _say({"event": "ready", "pid": os.getpid()})
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("op") != "job":
+            _say({"event": "error", "message": f"unknown request {request.get('op')!r}"})
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        leader = os.fork()
+        if leader == 0:
+            try:
+                _lead(request)
+            finally:
+                os._exit(70)
+        _, raw = os.waitpid(leader, 0)
+        _say({"event": "leader_exit", "job": request["id"], "status": _status(raw), "orphans": kill_children()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""Results: the model and its writers (Gradescope JSON, console, markdown)."""

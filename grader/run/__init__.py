@@ -1,0 +1,1 @@
+"""Running jobs: the interface (job.py) and its implementations (local.py, fake.py)."""

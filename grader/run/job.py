@@ -1,0 +1,116 @@
+"""What a job is and what running one yields: the one interface between the grader and the
+outside world that runs student code (local processes, a sandbox, a Slurm node, or a fake)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Protocol
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the ranks of a job are laid out: `nodes` simulated machines of `ranks_per_node` ranks."""
+
+    nodes: int = 1
+    ranks_per_node: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+    def local_rank_of(self, rank: int) -> int:
+        return rank % self.ranks_per_node
+
+    def describe(self) -> str:
+        nodes = "1 node" if self.nodes == 1 else f"{self.nodes} nodes"
+        ranks = "1 rank" if self.ranks_per_node == 1 else f"{self.ranks_per_node} ranks"
+        return f"{nodes} × {ranks}"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One launch of the student's script as `layout.world_size` ranks."""
+
+    name: str
+    submission: Path
+    script: str
+    argv: tuple[str, ...]
+    layout: Layout
+    timeout_s: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    watch_globals: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One line of a trimmed stack or traceback, relative to the submission."""
+
+    file: str
+    line: int | None
+    func: str
+    code: str = ""
+
+    def describe(self) -> str:
+        where = f"{self.file}:{self.line} in {self.func}"
+        return f"{where}: {self.code}" if self.code else where
+
+
+@dataclass
+class RankResult:
+    """What the grader knows about one rank after the job."""
+
+    rank: int
+    local_rank: int
+    node: int
+    status: str | None  # "exit:N", "signal:N", or None when nobody saw it end
+    events: list[dict]
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    stack: list[Frame] | None = None  # the student's frames from a fault dump (hang or crash)
+    observations_truncated: bool = False
+
+    @property
+    def exit_code(self) -> int | None:
+        if self.status and self.status.startswith("exit:"):
+            return int(self.status[5:])
+        return None
+
+    def of_kind(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e.get("kind") == kind]
+
+    def first(self, kind: str) -> dict | None:
+        found = self.of_kind(kind)
+        return found[0] if found else None
+
+
+@dataclass
+class JobResult:
+    """How a job went. `error` is set only when the infrastructure, not the student, failed."""
+
+    spec: JobSpec
+    ranks: list[RankResult]
+    timed_out: bool = False
+    wall_s: float = 0.0
+    leftovers: int = 0
+    error: str | None = None
+    skipped: str | None = None  # why the job was not run at all
+
+    @property
+    def layout(self) -> Layout:
+        return self.spec.layout
+
+
+class JobRunner(Protocol):
+    """Runs jobs. Implementations: `LocalRunner` (real processes), `FakeRunner` (tests)."""
+
+    def start(self) -> None:
+        """Get ready (e.g. warm up) without blocking the caller for long."""
+
+    def run(self, job: JobSpec) -> JobResult:
+        """Run one job to completion or timeout; never raises for anything the student did."""
+
+    def close(self) -> None:
+        """Release every process and file the runner holds."""

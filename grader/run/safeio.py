@@ -1,0 +1,85 @@
+"""Reading files that student code could have written or replaced.
+
+Every read goes through `open_untrusted`: O_NOFOLLOW (a planted symlink is refused, not
+followed), fstat on the opened descriptor (a regular file only), and a size cap. JSON is
+parsed with the standard library only; nothing is ever unpickled.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+
+class UntrustedFileError(Exception):
+    """A file the grader wanted to read was a link, not a regular file, or too large."""
+
+
+def read_untrusted(path: Path, max_bytes: int, *, tail: bool = False) -> tuple[bytes, bool]:
+    """Read at most `max_bytes` of a regular file without following links.
+
+    Returns the bytes and whether the file was longer (then the head, or the tail if `tail`).
+    Raises FileNotFoundError if it does not exist and UntrustedFileError if it is not a
+    plain file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: the last component is a symbolic link
+            raise UntrustedFileError(f"{path.name} is a symbolic link") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UntrustedFileError(f"{path.name} is not a regular file")
+        longer = info.st_size > max_bytes
+        if tail and longer:
+            os.lseek(fd, info.st_size - max_bytes, os.SEEK_SET)
+        chunks, left = [], max_bytes
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks), longer
+    finally:
+        os.close(fd)
+
+
+def read_text_tail(path: Path, max_bytes: int) -> str:
+    """The last `max_bytes` of a text file ('' if missing or not a plain file)."""
+    try:
+        data, longer = read_untrusted(path, max_bytes, tail=True)
+    except (OSError, UntrustedFileError):
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    if longer:
+        text = "…" + text.split("\n", 1)[-1]
+    return text
+
+
+def read_json_lines(path: Path, max_bytes: int) -> tuple[list[dict], bool]:
+    """Parse a JSON-lines file of objects; malformed lines are skipped.
+
+    Returns the events and whether anything was lost (size cap, bad lines, or not a file).
+    """
+    try:
+        data, longer = read_untrusted(path, max_bytes)
+    except FileNotFoundError:
+        return [], False
+    except (OSError, UntrustedFileError):
+        return [], True
+    events, lost = [], longer
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            lost = True
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+        else:
+            lost = True
+    return events, lost

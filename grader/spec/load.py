@@ -1,0 +1,189 @@
+"""Loading and validating assignment.yaml: the one place that knows the spec's format.
+
+Every problem is reported as a SpecError naming the file, the key (as a path such as
+`checks[2].points`), what was expected and what was found.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+from grader.checks.base import CheckDef
+from grader.run.job import Layout
+from grader.spec.model import VISIBILITIES, Assignment, CheckSpec, RunDef
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_REQUIRED = object()
+
+
+class SpecError(ValueError):
+    """A malformed assignment spec."""
+
+    def __init__(self, file: Path | str, key: str, expected: str, found: Any) -> None:
+        self.file, self.key, self.expected, self.found = str(file), key, expected, found
+        shown = found if isinstance(found, str) and found.startswith("<") else repr(found)
+        super().__init__(f"{file}: {key}: expected {expected}, found {shown}")
+
+
+class _Node:
+    """A mapping from the YAML with the path that leads to it, for error messages."""
+
+    def __init__(self, file: Path, path: str, data: Any) -> None:
+        self.file, self.path = file, path
+        if not isinstance(data, dict):
+            raise SpecError(file, path or "(top level)", "a mapping of keys to values", data)
+        self.data = data
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def only(self, *allowed: str) -> None:
+        for name in self.data:
+            if name not in allowed:
+                raise SpecError(self.file, self.key(str(name)), f"one of the keys {', '.join(allowed)}", "<an unknown key>")
+
+    def get(self, name: str, expected: str, test: Callable[[Any], bool], default: Any = _REQUIRED) -> Any:
+        if name not in self.data:
+            if default is _REQUIRED:
+                raise SpecError(self.file, self.key(name), expected, "<nothing: the key is missing>")
+            return default
+        value = self.data[name]
+        if not test(value):
+            raise SpecError(self.file, self.key(name), expected, value)
+        return value
+
+    def child(self, name: str, default: Any = _REQUIRED) -> "_Node":
+        if name not in self.data and default is not _REQUIRED:
+            return _Node(self.file, self.key(name), default)
+        return _Node(self.file, self.key(name), self.get(name, "a mapping", lambda v: isinstance(v, dict)))
+
+
+def _number(minimum: float = 0.0, strict: bool = False) -> Callable[[Any], bool]:
+    def test(value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        return value > minimum if strict else value >= minimum
+
+    return test
+
+
+def _count(minimum: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _name(value: Any) -> bool:
+    return isinstance(value, str) and bool(_NAME.match(value))
+
+
+def _identifier(value: Any) -> bool:
+    return isinstance(value, str) and bool(_IDENTIFIER.match(value))
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (int, float, str, bool))
+
+
+def _load_runs(top: _Node) -> tuple[RunDef, ...]:
+    items = top.get("runs", "a non-empty list of runs", lambda v: isinstance(v, list) and len(v) > 0)
+    runs: list[RunDef] = []
+    for index, item in enumerate(items):
+        node = _Node(top.file, f"runs[{index}]", item)
+        node.only("name", "nodes", "ranks_per_node")
+        name = node.get("name", "a name (letters, digits, _ . -)", _name)
+        if any(r.name == name for r in runs):
+            raise SpecError(top.file, node.key("name"), "a name no other run has", name)
+        layout = Layout(
+            nodes=node.get("nodes", "a whole number ≥ 1", _count(1), 1),
+            ranks_per_node=node.get("ranks_per_node", "a whole number ≥ 1", _count(1)),
+        )
+        runs.append(RunDef(name=name, layout=layout))
+    return tuple(runs)
+
+
+def _load_options(node: _Node, check: CheckDef) -> dict[str, Any]:
+    options = {name: option.default for name, option in check.options.items()}
+    given = node.child("options", default={})
+    for name, value in given.data.items():
+        option = check.options.get(name)
+        if option is None:
+            known = ", ".join(check.options) or "none"
+            raise SpecError(node.file, given.key(str(name)), f"an option of check '{check.id}' ({known})", "<an unknown option>")
+        if not option.accepts(value):
+            raise SpecError(node.file, given.key(name), option.describe(), value)
+        options[name] = float(value) if option.kind is float else value
+    return options
+
+
+def _load_checks(top: _Node, runs: tuple[RunDef, ...], available: Mapping[str, CheckDef]) -> tuple[CheckSpec, ...]:
+    items = top.get("checks", "a non-empty list of checks", lambda v: isinstance(v, list) and len(v) > 0)
+    run_names = tuple(r.name for r in runs)
+    checks: list[CheckSpec] = []
+    for index, item in enumerate(items):
+        node = _Node(top.file, f"checks[{index}]", item)
+        node.only("id", "check", "title", "points", "visibility", "runs", "options")
+        check_id = node.get("id", "a name (letters, digits, _ . -)", _name)
+        if any(c.id == check_id for c in checks):
+            raise SpecError(top.file, node.key("id"), "an id no other check has", check_id)
+        function = node.get("check", f"one of the practical's checks ({', '.join(available)})", lambda v: v in available, check_id)
+        if function not in available:
+            raise SpecError(top.file, node.key("id"), f"one of the practical's checks ({', '.join(available)}) or a `check:` key naming one", check_id)
+        chosen = node.get("runs", f"a list of run names from {list(run_names)}", lambda v: isinstance(v, list) and v and all(x in run_names for x in v), list(run_names))
+        checks.append(
+            CheckSpec(
+                id=check_id,
+                check=function,
+                title=node.get("title", "a non-empty string", lambda v: isinstance(v, str) and v.strip() != ""),
+                points=float(node.get("points", "a number ≥ 0", _number())),
+                visibility=node.get("visibility", f"one of {', '.join(VISIBILITIES)}", lambda v: v in VISIBILITIES, "visible"),
+                runs=tuple(chosen),
+                options=_load_options(node, available[function]),
+            )
+        )
+    return tuple(checks)
+
+
+def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment:
+    """Read and validate `path` against the checks the practical offers.
+
+    Raises SpecError for any problem, including a file that is missing or is not YAML.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(path, "(file)", "a readable assignment.yaml", f"<{exc.strerror or exc}>") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise SpecError(path, "(file)", "valid YAML", f"<{getattr(exc, 'problem', None) or exc}{where}>") from None
+    top = _Node(path, "", data)
+    top.only("id", "title", "script", "seed_argument", "args", "variables", "timeouts", "runs", "checks")
+    args_node = top.child("args", default={})
+    for name, value in args_node.data.items():
+        if not _identifier(name) or not _scalar(value):
+            raise SpecError(path, args_node.key(str(name)), "a Python identifier with a number, string or true/false", value)
+    timeouts = top.child("timeouts", default={})
+    timeouts.only("run_s", "total_s")
+    run_timeout = float(timeouts.get("run_s", "a number of seconds > 0", _number(strict=True), 60))
+    total_timeout = float(timeouts.get("total_s", "a number of seconds > 0", _number(strict=True), 4 * run_timeout))
+    if total_timeout < run_timeout:
+        raise SpecError(path, timeouts.key("total_s"), f"at least run_s ({run_timeout:g})", total_timeout)
+    runs = _load_runs(top)
+    return Assignment(
+        id=top.get("id", "the practical's id, e.g. p6", _name),
+        title=top.get("title", "a non-empty string", lambda v: isinstance(v, str) and v.strip() != ""),
+        script=top.get("script", "the file name of the student's script", lambda v: isinstance(v, str) and v.endswith(".py") and ".." not in v),
+        args=dict(args_node.data),
+        seed_argument=top.get("seed_argument", "a Python identifier, or null", lambda v: v is None or _identifier(v), None),
+        variables=tuple(top.get("variables", "a list of Python identifiers", lambda v: isinstance(v, list) and all(_identifier(x) for x in v), [])),
+        runs=runs,
+        checks=_load_checks(top, runs, available),
+        run_timeout_s=run_timeout,
+        total_timeout_s=total_timeout,
+        source=path,
+    )

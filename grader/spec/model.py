@@ -1,0 +1,60 @@
+"""The assignment spec as the rest of the grader sees it: validated, typed and immutable."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from grader.run.job import Layout
+
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+
+
+@dataclass(frozen=True)
+class RunDef:
+    """One launch the grading performs: a name and a layout of ranks."""
+
+    name: str
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One graded check: which check function, its points, visibility, runs and options."""
+
+    id: str
+    check: str  # the id of the check function in the practical's table
+    title: str
+    points: float
+    visibility: str
+    runs: tuple[str, ...]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def public(self) -> bool:
+        """Public checks are the ones a student's self-check runs."""
+        return self.visibility == "visible"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A practical's grading spec (assignment.yaml)."""
+
+    id: str
+    title: str
+    script: str
+    args: Mapping[str, Any]
+    seed_argument: str | None
+    variables: tuple[str, ...]
+    runs: tuple[RunDef, ...]
+    checks: tuple[CheckSpec, ...]
+    run_timeout_s: float
+    total_timeout_s: float
+    source: Path
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.points for c in self.checks)
+
+    def run(self, name: str) -> RunDef:
+        return next(r for r in self.runs if r.name == name)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Set up .venv for the grader on a fresh machine.
+#   bash scripts/setup.sh          the grader
+#   bash scripts/setup.sh --test   the grader and what the test suite needs
+#
+# torch is installed first and on its own, so that resolving the grader's dependencies finds
+# it already present and never downloads the CUDA build on a machine without a GPU:
+#   - TORCH_SPEC, if set, is what pip installs (e.g. "torch==2.13.0" or a CUDA build's pin);
+#   - else, with an NVIDIA GPU (nvidia-smi works), the default torch build;
+#   - else the CPU build: a local CPU wheel where pip's find-links offer one (this project's
+#     machines carry torch 2.13.0+cpu), otherwise the CPU build from PyTorch's own index.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+VENV="${VENV:-.venv}"
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10 or newer is needed")'
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+
+if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+    if [ -n "${TORCH_SPEC:-}" ]; then
+        "${pip[@]}" "$TORCH_SPEC"
+    elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+        "${pip[@]}" torch
+    else
+        wheel=""
+        links="${PIP_FIND_LINKS:-$("$VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true)}"
+        for dir in $links; do
+            for candidate in "${dir#file://}"/torch-*+cpu-*.whl; do
+                [ -f "$candidate" ] && wheel="$candidate"
+            done
+        done
+        if [ -n "$wheel" ]; then
+            "${pip[@]}" "$wheel"
+        else
+            "${pip[@]}" torch --index-url https://download.pytorch.org/whl/cpu
+        fi
+    fi
+fi
+"${pip[@]}" -e ".$extras"
+"$VENV/bin/python" -c 'import torch; print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}")'

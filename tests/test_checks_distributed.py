@@ -1,0 +1,157 @@
+"""Each distributed check on synthetic observations: a correct run passes it, a broken one
+fails it with the message a student would read."""
+from __future__ import annotations
+
+import pytest
+
+from grader.checks.base import CheckContext
+from grader.checks.distributed import CHECKS, allreduce_pattern
+from grader.run.job import Layout
+from observations import NAMES, crashed, ddp_run, replace_events, trajectory, without
+
+ARGS = {"batch_size": 64, "steps": 3, "seed": 1}
+
+
+def context(*runs, gpus: int = 0, references=None) -> CheckContext:
+    ref = trajectory()
+    refs = references or {run.spec.name: (ref,) for run in runs}
+    check_options = {}
+    for check in CHECKS.values():
+        check_options.update({name: option.default for name, option in check.options.items()})
+    return CheckContext(runs=tuple(runs), options=check_options, args=ARGS, references=refs, gpus=gpus)
+
+
+def judge(check_id: str, *runs, **kwargs):
+    return CHECKS[check_id].function(context(*runs, **kwargs))
+
+
+@pytest.mark.parametrize("check_id", sorted(CHECKS))
+def test_a_correct_run_passes_every_check(check_id: str) -> None:
+    verdict = judge(check_id, ddp_run("ws2", Layout(1, 2)), ddp_run("2x2", Layout(2, 2)))
+    assert verdict.passed, verdict
+
+
+def test_rank_setup_names_the_local_rank_mistake() -> None:
+    run = ddp_run("2x2", Layout(2, 2))
+    for rank in run.ranks:
+        replace_events(rank, "globals", lambda e, r=rank: e["values"].update(local_rank=r.rank))
+    verdict = judge("rank_setup", run)
+    assert not verdict.passed
+    assert "rank 2 (node 1): local_rank = 2, expected 0 (LOCAL_RANK" in verdict.summary
+
+
+def test_rank_setup_catches_a_process_group_of_the_wrong_size_and_a_renamed_variable() -> None:
+    run = ddp_run()
+    replace_events(run.ranks[1], "init_pg", lambda e: e.update(world_size=4))
+    replace_events(run.ranks[0], "globals", lambda e: e["values"].pop("world_size"))
+    verdict = judge("rank_setup", run)
+    assert "no variable `world_size` in the script" in verdict.summary
+    assert "the process group says rank 1 of 4, expected rank 1 of 2" in verdict.summary
+
+
+def test_device_mapping_with_gpus_wants_cuda_local_rank() -> None:
+    good = ddp_run("2x2", Layout(2, 2), device="cuda:0")
+    for rank in good.ranks:
+        device = f"cuda:{rank.local_rank}"
+        replace_events(rank, "model", lambda e, d=device: e.update(devices=[d, d]))
+        replace_events(rank, "forward", lambda e, d=device: [i.update(device=d) for i in e["inputs"]])
+        replace_events(rank, "ddp", lambda e, r=rank: e.update(device_ids=[str(r.local_rank)]))
+    assert judge("device_mapping", good, gpus=2).passed
+    replace_events(good.ranks[3], "model", lambda e: e.update(devices=["cuda:3", "cuda:3"]))
+    verdict = judge("device_mapping", good, gpus=2)
+    assert "rank 3 (node 1, local rank 1): model on cuda:3, expected cuda:1 — the GPU follows LOCAL_RANK, not RANK" in verdict.summary
+
+
+def test_device_mapping_reports_inputs_left_elsewhere_and_shared_gpus() -> None:
+    run = ddp_run(device="cuda:0")
+    for rank in run.ranks:
+        replace_events(rank, "model", lambda e: e.update(devices=["cuda:0", "cuda:0"]))
+        replace_events(rank, "ddp", lambda e: e.update(device_ids=None))
+    verdict = judge("device_mapping", run, gpus=2)
+    assert "rank 1 (node 0, local rank 1): model on cuda:0, expected cuda:1" in verdict.summary
+    assert "ranks 0, 1 share node 0 cuda:0" in verdict.summary
+    cpu_inputs = ddp_run()
+    replace_events(cpu_inputs.ranks[0], "forward", lambda e: [i.update(device="meta") for i in e["inputs"]])
+    assert "rank 0: inputs on meta, expected cpu" in judge("device_mapping", cpu_inputs).summary
+
+
+def test_batch_shard_flags_the_full_batch_on_every_rank() -> None:
+    run = ddp_run("ws2", Layout(1, 2), batch=128)  # every rank feeds 64 rows = the whole batch
+    verdict = judge("batch_shard", run)
+    assert not verdict.passed
+    assert "rank 0 fed 64 rows per step to the model, expected 32 (= 64 // 2) — every rank trains on the whole batch" in verdict.summary
+
+
+def test_batch_shard_explains_a_rank_that_never_ran_the_model() -> None:
+    run = ddp_run()
+    crashed(run.ranks[1], "RuntimeError", "rank 1 gives up", code='raise RuntimeError("rank 1 gives up")')
+    verdict = judge("batch_shard", run)
+    assert "rank 1 never ran the model (raised RuntimeError: rank 1 gives up at p6_ddp.py:84" in verdict.summary
+
+
+def test_grad_sync_without_all_reduce_asks_whether_the_model_is_wrapped() -> None:
+    run = ddp_run()
+    without(run.ranks[0], "allreduce")
+    without(run.ranks[1], "allreduce")
+    replace_events(run.ranks[1], "opt_grads", lambda e: e.update(grads=[[9.0, 9.0, 9.0], [9.0]]))
+    verdict = judge("grad_sync", run)
+    assert "step 0: gradients differ between rank 0 and rank 1 (max |Δ| 9.2 in 0.weight)" in verdict.summary
+    assert "all-reduce calls per step: [0, 0, 0] — no all-reduce at all: is the model wrapped in DistributedDataParallel?" in verdict.summary
+
+
+def test_grad_sync_recognises_gradients_averaged_twice() -> None:
+    run = ddp_run()
+    for rank in run.ranks:
+        replace_events(rank, "opt_grads", lambda e: e.update(grads=[[g / 2 for g in t] for t in e["grads"]]))
+    verdict = judge("grad_sync", run)
+    assert "they are 1/2 of it: averaged twice" in verdict.summary
+    assert verdict.data["allreduce_per_step"] == {"ws2": [1, 1, 1]}
+
+
+def test_grad_sync_accepts_any_of_the_references_and_checks_the_start() -> None:
+    run = ddp_run()
+    wrong, right = trajectory(), trajectory()
+    wrong.grads[0]["0.bias"][0] = 7.0
+    assert judge("grad_sync", run, references={"ws2": (wrong, right)}).passed
+    replace_events(run.ranks[0], "model", lambda e: e.update(values=[[1.0, 1.0, 1.0], [1.0]]))
+    verdict = judge("grad_sync", run)
+    assert "the model starts from other weights than the reference" in verdict.summary
+
+
+def test_params_sync_reports_divergence_and_missing_steps() -> None:
+    run = ddp_run()
+    replace_events(run.ranks[1], "opt_params", lambda e: e.update(values=[[0.0, 0.0, 0.0], [0.0]]) if e["step"] == 2 else None)
+    assert "after 3 steps the parameters differ between rank 0 and rank 1" in judge("params_sync", run).summary
+    short = ddp_run()
+    short.ranks[0].events[:] = [e for e in short.ranks[0].events if not (e["kind"] == "opt_params" and e["step"] == 2)]
+    assert "rank 0 took 2 of 3 optimizer steps" in judge("params_sync", short).summary
+
+
+def test_clean_exit_wants_destroy_and_status_zero_and_no_leftovers() -> None:
+    run = ddp_run()
+    without(run.ranks[1], "destroy_pg")
+    replace_events(run.ranks[1], "end_state", lambda e: e.update(pg_initialized=True))
+    assert judge("clean_exit", run).summary == "ws2 (1 node × 2 ranks): rank 1 never called dist.destroy_process_group()"
+    run = ddp_run()
+    run.leftovers = 2
+    assert "2 process(es) were still running after the ranks exited" in judge("clean_exit", run).summary
+    run = ddp_run()
+    run.ranks[0].status = "exit:3"
+    assert "rank 0 exited with status 3" in judge("clean_exit", run).summary
+
+
+def test_identical_failures_in_every_run_collapse_to_one_line() -> None:
+    runs = [ddp_run("ws2", Layout(1, 2)), ddp_run("ws3", Layout(1, 3))]
+    for run in runs:
+        for rank in run.ranks:
+            crashed(rank, "NotImplementedError", "TODO 1: initialise the process group", line=54)
+    verdict = judge("grad_sync", *runs)
+    assert verdict.summary == "the script stops at TODO 1: initialise the process group (p6_ddp.py:54) (every rank) — in every run"
+    assert verdict.details == ()
+
+
+def test_allreduce_pattern_counts_per_step() -> None:
+    run = ddp_run()
+    run.ranks[0].events.append({"kind": "allreduce", "source": "dist.all_reduce", "numel": 4, "step": 1})
+    assert allreduce_pattern(run.ranks[0], 3) == [1, 2, 1]
+    assert NAMES == ["0.weight", "0.bias"]

@@ -1,0 +1,53 @@
+"""The one-line explanations of runs that did not end cleanly."""
+from __future__ import annotations
+
+from grader.checks import failures
+from grader.run.job import Frame, JobResult, Layout
+from observations import crashed, ddp_run, job
+
+
+def test_a_clean_run_needs_no_explanation() -> None:
+    assert failures.explain(ddp_run()) is None
+
+
+def test_the_root_cause_leads_and_the_echoes_follow() -> None:
+    run = ddp_run("ws3", Layout(1, 3))
+    crashed(run.ranks[0], "RuntimeError", "[gloo/pair.cc:553] Connection closed by peer [127.0.0.1]:1234")
+    crashed(run.ranks[2], "ValueError", "shapes do not match", line=71, code="loss = loss_fn(out, y)")
+    assert failures.explain(run) == "rank 2 raised ValueError: shapes do not match at p6_ddp.py:71 (loss = loss_fn(out, y)); then rank 0 failed too"
+
+
+def test_only_broken_connections_mean_the_ranks_disagreed_on_collectives() -> None:
+    run = ddp_run()
+    crashed(run.ranks[0], "RuntimeError", "Connection closed by peer [127.0.0.1]:1669", line=90, code="loss.backward()")
+    text = failures.explain(run)
+    assert text.startswith("rank 0 lost contact with the other ranks in a collective at p6_ddp.py:90 (loss.backward()) (Connection closed by peer)")
+    assert "rank 1 had already finished normally" in text
+
+
+def test_todo_stops_name_the_todo_and_the_line() -> None:
+    run = ddp_run()
+    for rank in run.ranks:
+        crashed(rank, "NotImplementedError", "TODO 3: wrap the model in DDP", line=70)
+    assert failures.explain(run) == "the script stops at TODO 3: wrap the model in DDP (p6_ddp.py:70) (every rank)"
+
+
+def test_timeouts_say_where_each_stuck_rank_waits() -> None:
+    run = ddp_run()
+    run.timed_out = True
+    run.ranks[0].status = None
+    run.ranks[0].stack = [Frame("p6_ddp.py", 90, "<module>", "loss.backward()")]
+    text = failures.explain(run)
+    assert text == "did not finish within 60 s (a hang?): rank 0 waits at p6_ddp.py:90 in <module>: loss.backward(); rank 1 had already ended (exit 0)"
+
+
+def test_signals_skips_and_errors() -> None:
+    run = ddp_run()
+    run.ranks[1].status = "signal:11"
+    run.ranks[1].stack = [Frame("p6_ddp.py", 12, "<module>", "ctypes.string_at(0)")]
+    assert failures.explain(run) == "rank 1 was killed by SIGSEGV at p6_ddp.py:12 in <module>: ctypes.string_at(0)"
+    assert failures.explain(JobResult(spec=job("ws2", Layout(1, 2)), ranks=[], skipped="p6_ddp.py is not in the submission")) == "not run: p6_ddp.py is not in the submission"
+    assert failures.explain(JobResult(spec=job("ws2", Layout(1, 2)), ranks=[], error="launcher died")) == "could not be run: launcher died"
+    run = ddp_run()
+    run.ranks[0].status = None
+    assert failures.explain(run) == "rank 0 ended without an exit status (its launcher was killed)"

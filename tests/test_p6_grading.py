@@ -1,0 +1,105 @@
+"""p6 end to end: real ranks, real gloo, the real CLI.
+
+The reference solution gets full marks on every run of the spec (world sizes 1-4 and a
+simulated 2 nodes × 2 ranks); the untouched template gets 0 with one line per check; every
+buggy variant loses exactly its checks, with the feedback asserted.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from helpers import ROOT, SCHEMA, checks_by_id, load_results, run_cli
+from grader.cli import main
+from grader.run import procs
+from p6_variants import ALL_CHECKS, VARIANTS, Variant
+
+pytestmark = pytest.mark.slow
+
+
+def grade_with_cli(folder: str, results_path: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """`python -m grader grade p6 FOLDER`: it must exit 0 and write valid Gradescope results."""
+    done = run_cli("grade", "p6", folder, "--results", str(results_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = load_results(results_path)
+    jsonschema.validate(results, SCHEMA)
+    return done, results
+
+
+def test_reference_solution_gets_full_marks_on_every_layout(tmp_path: Path) -> None:
+    done, results = grade_with_cli("solutions/p6", tmp_path / "R.json")
+    assert results["score"] == results["extra_data"]["max_score"] == 18
+    checks = checks_by_id(results)
+    assert set(checks) == set(ALL_CHECKS)
+    for check in checks.values():
+        assert check["status"] == "passed", check
+        for run in ("ws1 (1 node × 1 rank)", "ws2 (1 node × 2 ranks)", "ws3 (1 node × 3 ranks)", "2x2 (2 nodes × 2 ranks)"):
+            assert f"✓ {run}" in check["output"]
+    assert "3 × 21 rows; 1 left over and dropped" in checks["batch_shard"]["output"]
+    assert checks["grad_sync"]["extra_data"]["allreduce_per_step"]["ws2"] == [1, 1, 1]
+    assert "Score: 18 / 18" in done.stdout
+
+
+def test_untouched_template_gets_zero_with_one_line_per_check(tmp_path: Path) -> None:
+    _, results = grade_with_cli("assignments/p6", tmp_path / "T.json")
+    assert results["score"] == 0
+    for check in results["tests"]:
+        assert check["status"] == "failed"
+        assert check["output"].count("\n") == 0, check["output"]
+        assert check["output"].startswith("the script stops at TODO 1: initialise the process group")
+        assert "(p6_ddp.py:" in check["output"] and "every rank" in check["output"]
+
+
+def grade_variant(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> dict:
+    folder = variant.write(tmp_path / variant.name)
+    args = ["grade", "p6", str(folder), "--results", str(tmp_path / "results.json")]
+    if variant.timeout_s:
+        args += ["--timeout", str(variant.timeout_s)]
+    assert main(args) == 0
+    capsys.readouterr()
+    return load_results(tmp_path / "results.json")
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
+def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    results = grade_variant(variant, tmp_path, capsys)
+    jsonschema.validate(results, SCHEMA)
+    checks = checks_by_id(results)
+    lost = {check_id for check_id, entry in checks.items() if entry["status"] == "failed"}
+    assert lost == set(variant.loses), {k: v["output"] for k, v in checks.items() if v["status"] == "failed"}
+    for check_id, fragment in variant.messages.items():
+        assert fragment in checks[check_id]["output"], checks[check_id]["output"]
+
+
+def test_deadlock_is_graded_within_the_budget_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    deadlock = next(v for v in VARIANTS if v.name == "rank1_skips_backward_then_barrier")
+    folder = deadlock.write(tmp_path / "deadlock")
+    budget = 15.0
+    started = time.monotonic()
+    code = main(["grade", "p6", str(folder), "--results", str(tmp_path / "r.json"), "--timeout", "5", "--time-budget", str(budget)])
+    elapsed = time.monotonic() - started
+    capsys.readouterr()
+    assert code == 0
+    assert elapsed <= budget + 10, elapsed
+    results = load_results(tmp_path / "r.json")
+    outputs = " ".join(t["output"] for t in results["tests"])
+    assert "did not finish within" in outputs and "waits at p6_ddp.py:" in outputs
+    assert "time budget (15 s) was used up" in outputs
+    assert procs.pids_with_env_name("GRADER_JOB_TOKEN") == []
+    assert not [p for p in procs.all_pids() if "grader.probe.zygote" in procs.cmdline(p)]
+
+
+def test_grade_uses_a_fresh_seed_unless_one_is_given(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    args = ["grade", "p6", str(ROOT / "solutions" / "p6"), "--world-size", "2"]
+    assert main([*args, "--results", str(tmp_path / "a.json")]) == 0
+    assert main([*args, "--results", str(tmp_path / "b.json"), "--seed", "7"]) == 0
+    capsys.readouterr()
+    first, fixed = load_results(tmp_path / "a.json"), load_results(tmp_path / "b.json")
+    assert fixed["extra_data"]["environment"]["seed"] == 7
+    assert first["extra_data"]["environment"]["seed"] != 7
+    assert [r["name"] for r in fixed["extra_data"]["runs"]] == ["ws2"]
+    assert fixed["score"] == 18

@@ -1,0 +1,120 @@
+"""The grading pipeline above the runner, with the fake runner: planning, seeds, budgets,
+missing scripts, grader failures."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from grader.checks.base import CheckDef, Verdict
+from grader.checks.distributed import CHECKS
+from grader.course import Practical
+from grader.grade.pipeline import GradeOptions, grade, plan_runs
+from grader.results.model import Status
+from grader.run.fake import FakeRunner
+from grader.run.job import JobResult, JobSpec
+from grader.spec import load_assignment
+from observations import ddp_rank, trajectory
+
+SPEC = """
+id: p6
+title: DDP
+script: p6_ddp.py
+seed_argument: seed
+args: {batch_size: 64, steps: 3}
+variables: [rank, local_rank, world_size]
+runs:
+  - {name: ws2, ranks_per_node: 2}
+  - {name: 2x2, nodes: 2, ranks_per_node: 2}
+checks:
+  - {id: rank_setup, title: Ranks, points: 2}
+  - {id: grad_sync, title: Sync, points: 5, runs: [2x2], visibility: hidden}
+  - {id: broken, title: Broken, points: 1}
+"""
+
+
+def explode(ctx) -> Verdict:
+    raise ZeroDivisionError("bug in a check")
+
+
+def practical(tmp_path: Path, references=None) -> Practical:
+    path = tmp_path / "assignment.yaml"
+    path.write_text(SPEC)
+    checks = {**CHECKS, "broken": CheckDef("broken", explode, "always fails")}
+    module = ModuleType("fake_practical")
+    module.CHECKS = checks
+    module.references = references or (lambda args, runs: {run.name: (trajectory(),) for run in runs})
+    return Practical(assignment=load_assignment(path, checks), module=module)
+
+
+def healthy(job: JobSpec) -> JobResult:
+    return JobResult(spec=job, ranks=[ddp_rank(r, job.layout, trajectory()) for r in range(job.layout.world_size)])
+
+
+def submission(tmp_path: Path) -> Path:
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "p6_ddp.py").write_text("print('hi')\n")
+    return folder
+
+
+def test_a_grading_runs_the_planned_jobs_with_a_fresh_seed(tmp_path: Path) -> None:
+    runner = FakeRunner(healthy)
+    result = grade(practical(tmp_path), submission(tmp_path), runner)
+    assert runner.started and runner.closed
+    assert [job.name for job in runner.jobs] == ["ws2", "2x2"]
+    seed_args = [a for a in runner.jobs[0].argv if a.startswith("--seed=")]
+    assert len(seed_args) == 1 and int(seed_args[0].split("=")[1]) > 0
+    assert runner.jobs[0].argv[:2] == ("--batch_size=64", "--steps=3")
+    statuses = {c.id: c.status for c in result.checks}
+    assert statuses == {"rank_setup": Status.PASSED, "grad_sync": Status.PASSED, "broken": Status.ERROR}
+    assert result.score == 7 and result.error == "check broken failed: ZeroDivisionError: bug in a check"
+
+
+def test_public_only_and_world_size_override_change_the_plan(tmp_path: Path) -> None:
+    spec = practical(tmp_path)
+    public = tuple(c for c in spec.assignment.checks if c.public)
+    assert [r.name for r in plan_runs(spec.assignment, public, GradeOptions())] == ["ws2", "2x2"]
+    only_hidden = tuple(c for c in spec.assignment.checks if c.id == "grad_sync")
+    assert [r.name for r in plan_runs(spec.assignment, only_hidden, GradeOptions())] == ["2x2"]
+    override = plan_runs(spec.assignment, public, GradeOptions(world_size=3))
+    assert [(r.name, r.layout.world_size) for r in override] == [("ws3", 3)]
+    runner = FakeRunner(healthy)
+    result = grade(spec, submission(tmp_path), runner, GradeOptions(public_only=True, seed=11))
+    assert [c.id for c in result.checks] == ["rank_setup", "broken"]
+    assert "--seed=11" in runner.jobs[0].argv
+
+
+def test_a_missing_script_is_graded_not_run(tmp_path: Path) -> None:
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    (folder / "train.py").write_text("")
+    runner = FakeRunner(healthy)
+    result = grade(practical(tmp_path), folder, runner)
+    assert runner.jobs == []
+    ranks = next(c for c in result.checks if c.id == "rank_setup")
+    assert ranks.status is Status.FAILED
+    assert ranks.summary == "not run: p6_ddp.py is not in the submission (it holds: train.py) — in every run"
+
+
+def test_the_time_budget_skips_runs_that_no_longer_fit(tmp_path: Path) -> None:
+    def slow(job: JobSpec) -> JobResult:
+        import time
+
+        time.sleep(1.2)
+        return healthy(job)
+
+    result = grade(practical(tmp_path), submission(tmp_path), FakeRunner(slow), GradeOptions(total_timeout_s=1.5))
+    ranks = next(c for c in result.checks if c.id == "rank_setup")
+    assert "2x2 (2 nodes × 2 ranks): not run: the grading's time budget (1.5 s) was used up by earlier runs" in ranks.summary
+
+
+def test_a_failing_reference_is_an_autograder_error(tmp_path: Path) -> None:
+    def broken(args, runs):
+        raise RuntimeError("no reference")
+
+    runner = FakeRunner(healthy)
+    result = grade(practical(tmp_path, references=broken), submission(tmp_path), runner)
+    assert result.error == "RuntimeError: no reference" and result.checks == ()
+    assert runner.closed

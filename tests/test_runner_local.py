@@ -1,0 +1,117 @@
+"""The local runner with real processes: the launcher's environment, exit statuses, crashes,
+timeouts with stacks, and no process left behind."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader.run import procs
+from grader.run.job import JobSpec, Layout
+from grader.run.local import TOKEN_VARIABLE, LocalRunner
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory: pytest.TempPathFactory):
+    with LocalRunner(tmp_path_factory.mktemp("runs")) as local:
+        yield local
+
+
+def script_job(tmp_path: Path, name: str, source: str, layout: Layout = Layout(1, 1), timeout_s: float = 30) -> JobSpec:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "main.py").write_text(textwrap.dedent(source))
+    return JobSpec(name=name, submission=folder, script="main.py", argv=("--x=1",), layout=layout, timeout_s=timeout_s, watch_globals=("answer",))
+
+
+def test_ranks_get_torchruns_environment_in_a_multi_node_layout(runner: LocalRunner, tmp_path: Path) -> None:
+    job = script_job(
+        tmp_path,
+        "env",
+        """
+        import os, sys
+        keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR"]
+        print(" ".join(os.environ[k] for k in keys), sys.argv[1:], __name__)
+        answer = 42
+        """,
+        Layout(2, 2),
+    )
+    result = runner.run(job)
+    assert not result.timed_out and result.error is None
+    lines = [r.stdout_tail.strip() for r in result.ranks]
+    assert lines == [f"{r} {r % 2} 4 2 {r // 2} 127.0.0.1 ['--x=1'] __main__" for r in range(4)]
+    assert [r.status for r in result.ranks] == ["exit:0"] * 4
+    assert result.ranks[3].first("globals")["values"] == {"answer": 42}
+
+
+def test_exit_statuses_exceptions_and_crashes_are_told_apart(runner: LocalRunner, tmp_path: Path) -> None:
+    job = script_job(
+        tmp_path,
+        "ends",
+        """
+        import ctypes, os, sys
+        rank = int(os.environ["RANK"])
+        if rank == 0:
+            sys.exit(3)
+        if rank == 1:
+            raise ValueError("bad value")
+        if rank == 2:
+            ctypes.string_at(0)  # a segmentation fault
+        raise KeyboardInterrupt
+        """,
+        Layout(1, 4),
+    )
+    result = runner.run(job)
+    assert [r.status for r in result.ranks] == ["exit:3", "exit:1", "signal:11", "exit:130"]
+    raised = result.ranks[1].first("exit")["exception"]
+    assert raised["type"] == "ValueError" and raised["frames"][-1]["file"] == "main.py" and raised["frames"][-1]["line"] == 7
+    assert result.ranks[2].stack and result.ranks[2].stack[-1].line == 9
+    assert "Traceback (most recent call last):\n  File \"main.py\", line 7, in <module>" in result.ranks[1].stderr_tail
+    assert "grader" not in result.ranks[1].stderr_tail
+
+
+def test_a_hang_is_killed_at_the_timeout_with_its_stack_and_its_daemons(runner: LocalRunner, tmp_path: Path) -> None:
+    job = script_job(
+        tmp_path,
+        "hang",
+        """
+        import subprocess, time
+        subprocess.Popen(["sleep", "300"], start_new_session=True)  # escapes the process group
+        subprocess.Popen(["sh", "-c", "sleep 300 &"])  # orphaned grandchild
+        time.sleep(300)
+        """,
+        Layout(1, 2),
+        timeout_s=3,
+    )
+    result = runner.run(job)
+    assert result.timed_out and 3 <= result.wall_s < 6
+    assert all(r.status is None for r in result.ranks)
+    assert result.ranks[0].stack[-1].code == "time.sleep(300)"
+    assert procs.pids_with_env_name(TOKEN_VARIABLE) == []
+    assert result.leftovers >= 1  # the setsid one; the other may die with the session
+
+
+def test_processes_left_after_a_clean_exit_are_counted_and_killed(runner: LocalRunner, tmp_path: Path) -> None:
+    job = script_job(tmp_path, "daemon", 'import subprocess\nsubprocess.Popen(["sleep", "300"], start_new_session=True)\n')
+    result = runner.run(job)
+    assert result.ranks[0].status == "exit:0"
+    assert result.leftovers == 1
+    assert procs.pids_with_env_name(TOKEN_VARIABLE) == []
+
+
+def test_output_is_captured_as_a_bounded_tail(runner: LocalRunner, tmp_path: Path) -> None:
+    job = script_job(tmp_path, "loud", 'for i in range(200000):\n    print("line", i)\n')
+    result = runner.run(job)
+    assert result.ranks[0].stdout_tail.endswith("line 199999\n")
+    assert len(result.ranks[0].stdout_tail) <= 4100
+
+
+def test_a_killed_launcher_is_replaced_for_the_next_job(runner: LocalRunner, tmp_path: Path) -> None:
+    killer = script_job(tmp_path, "parricide", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(2)\n")
+    result = runner.run(killer)
+    assert result.ranks[0].status is None
+    after = runner.run(script_job(tmp_path, "after", "print('still working')\n"))
+    assert after.ranks[0].stdout_tail == "still working\n"
