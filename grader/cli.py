@@ -4,6 +4,7 @@
     python -m grader check PRACTICAL [DIR]        the student's self-check (public checks)
     python -m grader list                         practicals, checks, points, visibility
     python -m grader verify [PRACTICAL ...]       grade the reference solutions
+    python -m grader run --virtual-gpus N -- CMD  any command, its Python processes on N virtual GPUs
 
 Exit status of grade/check: 0 when grading completed (whatever the score), 1 when the grader
 itself could not grade (the results file then holds an "Autograder error" entry), 2 for a
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +27,7 @@ from grader.results.gradescope import write_results
 from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
 from grader.run.local import LocalRunner
+from grader.run.virtual_env import virtual_gpu_environment
 from grader.spec import SpecError
 
 
@@ -32,6 +35,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1, found {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, found {text}")
     return value
 
 
@@ -49,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def grading_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--world-size", type=_positive_int, help="one run of N ranks on one node instead of the spec's runs")
+        sub.add_argument("--virtual-gpus", type=_count, help="every run on N virtual CUDA devices per node (CPU-backed; 0: none)")
         sub.add_argument("--seed", type=int, help="use this seed instead of a fresh random one (to reproduce a grading)")
         sub.add_argument("--timeout", type=_positive_float, help="seconds one run of the script may take (default: the spec's run_s)")
         sub.add_argument("--time-budget", type=_positive_float, help="seconds the whole grading may take (default: the spec's total_s)")
@@ -68,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     grading_options(c)
 
     commands.add_parser("list", help="practicals with their checks, points and visibility")
+
+    r = commands.add_parser("run", help="run any command on virtual GPUs: run --virtual-gpus 4 -- python train.py")
+    r.add_argument("--virtual-gpus", type=_count, default=2, help="CUDA devices to pretend (default 2)")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- torchrun --nproc_per_node=2 train.py")
 
     v = commands.add_parser("verify", help="grade the reference solutions; fails unless each gets full marks")
     v.add_argument("practicals", nargs="*", help="practical ids (default: all)")
@@ -93,7 +108,7 @@ def _grade_folder(practical: Practical, folder: Path, options: GradeOptions, kee
 
 
 def _options(args: argparse.Namespace, public_only: bool) -> GradeOptions:
-    return GradeOptions(world_size=args.world_size, public_only=public_only, seed=args.seed, run_timeout_s=args.timeout, total_timeout_s=args.time_budget)
+    return GradeOptions(world_size=args.world_size, virtual_gpus=args.virtual_gpus, public_only=public_only, seed=args.seed, run_timeout_s=args.timeout, total_timeout_s=args.time_budget)
 
 
 def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None) -> int:
@@ -155,6 +170,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not command:
+        print("error: no command given; e.g. python -m grader run --virtual-gpus 4 -- python train.py", file=sys.stderr)
+        return 2
+    try:
+        return subprocess.call(command, env=virtual_gpu_environment(args.virtual_gpus))
+    except FileNotFoundError:
+        print(f"error: command not found: {command[0]}", file=sys.stderr)
+        return 127
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -164,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_grade(args, public_only=True)
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "run":
+            return cmd_run(args)
         return cmd_verify(args)
     except (CourseError, SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)

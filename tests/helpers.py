@@ -22,3 +22,26 @@ def load_results(path: Path) -> dict:
 def checks_by_id(results: dict) -> dict[str, dict]:
     """Gradescope test entries keyed by check id (the first tag)."""
     return {t["tags"][0]: t for t in results["tests"] if t.get("tags")}
+
+
+def grade_in_process(practical: str, folder: Path, results: Path, *extra: str) -> dict:
+    """`python -m grader grade` in this process (saves a Python start and a torch import);
+    it must exit 0 and write valid Gradescope results."""
+    import jsonschema
+
+    from grader.cli import main
+
+    assert main(["grade", practical, str(folder), "--results", str(results), *extra]) == 0
+    document = load_results(results)
+    jsonschema.validate(document, SCHEMA)
+    return document
+
+
+def assert_loses_exactly(results: dict, loses: frozenset[str], messages: dict) -> None:
+    """The failed checks are exactly `loses` and each named feedback contains its fragment."""
+    checks = checks_by_id(results)
+    lost = {check_id for check_id, entry in checks.items() if entry.get("status") == "failed"}
+    assert lost == set(loses), {k: v["output"] for k, v in checks.items() if v.get("status") == "failed"}
+    for check_id, fragment in messages.items():
+        assert fragment in checks[check_id]["output"], checks[check_id]["output"]
+

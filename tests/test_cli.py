@@ -15,6 +15,8 @@ def test_list_shows_practicals_checks_points_and_visibility(capsys: pytest.Captu
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "p6: DistributedDataParallel under torchrun — 18 points" in out
+    assert "p5: Data parallelism with nn.DataParallel — 15 points" in out and "gpu0_memory" in out
+    assert "p4: Understanding parallelism (notebook) — 14 points" in out
     assert "2x2 (2 nodes × 2 ranks)" in out
     assert "params_sync         4 pts  after_due_date" in out
 
@@ -25,7 +27,7 @@ def test_an_unknown_practical_still_writes_results(tmp_path: Path, capsys: pytes
     document = load_results(results)
     jsonschema.validate(document, SCHEMA)
     assert document["tests"][0]["name"] == "Autograder error"
-    assert "unknown practical 'p99'; this course has: p6" in document["tests"][0]["output"]
+    assert "unknown practical 'p99'; this course has: p4, p5, p6" in document["tests"][0]["output"]
     assert "AUTOGRADER ERROR" in capsys.readouterr().out
 
 
@@ -39,7 +41,7 @@ def test_a_missing_submission_folder_still_writes_results(tmp_path: Path, capsys
 def test_a_broken_spec_is_an_autograder_error_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     course = tmp_path / "course"
     shutil.copytree(ROOT / "assignments" / "p6", course / "assignments" / "p6")
-    shutil.copy(ROOT / "course.yaml", course / "course.yaml")
+    (course / "course.yaml").write_text("course: a copy\npracticals: [p6]\n")
     spec = course / "assignments" / "p6" / "assignment.yaml"
     spec.write_text(spec.read_text().replace("points: 5", "points: lots"))
     results = tmp_path / "r.json"

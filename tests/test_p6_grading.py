@@ -13,10 +13,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from helpers import ROOT, SCHEMA, checks_by_id, load_results, run_cli
+from helpers import ROOT, SCHEMA, assert_loses_exactly, checks_by_id, grade_in_process, load_results, run_cli
 from grader.cli import main
 from grader.run import procs
-from p6_variants import ALL_CHECKS, VARIANTS, Variant
+from p6_variants import ALL_CHECKS, VARIANTS
+from variants import Variant
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +38,9 @@ def test_reference_solution_gets_full_marks_on_every_layout(tmp_path: Path) -> N
     assert set(checks) == set(ALL_CHECKS)
     for check in checks.values():
         assert check["status"] == "passed", check
-        for run in ("ws1 (1 node × 1 rank)", "ws2 (1 node × 2 ranks)", "ws3 (1 node × 3 ranks)", "2x2 (2 nodes × 2 ranks)"):
+        for run in ("ws1 (1 process)", "ws2 (1 node × 2 ranks)", "ws3 (1 node × 3 ranks)", "2x2 (2 nodes × 2 ranks, 2 virtual GPUs each)"):
             assert f"✓ {run}" in check["output"]
+    assert "rank 2→cuda:0, rank 3→cuda:1" in checks["device_mapping"]["output"]
     assert "3 × 21 rows; 1 left over and dropped" in checks["batch_shard"]["output"]
     assert checks["grad_sync"]["extra_data"]["allreduce_per_step"]["ws2"] == [1, 1, 1]
     assert "Score: 18 / 18" in done.stdout
@@ -54,30 +56,18 @@ def test_untouched_template_gets_zero_with_one_line_per_check(tmp_path: Path) ->
         assert "(p6_ddp.py:" in check["output"] and "every rank" in check["output"]
 
 
-def grade_variant(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> dict:
-    folder = variant.write(tmp_path / variant.name)
-    args = ["grade", "p6", str(folder), "--results", str(tmp_path / "results.json")]
-    if variant.timeout_s:
-        args += ["--timeout", str(variant.timeout_s)]
-    assert main(args) == 0
-    capsys.readouterr()
-    return load_results(tmp_path / "results.json")
-
-
 @pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
 def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    results = grade_variant(variant, tmp_path, capsys)
-    jsonschema.validate(results, SCHEMA)
-    checks = checks_by_id(results)
-    lost = {check_id for check_id, entry in checks.items() if entry["status"] == "failed"}
-    assert lost == set(variant.loses), {k: v["output"] for k, v in checks.items() if v["status"] == "failed"}
-    for check_id, fragment in variant.messages.items():
-        assert fragment in checks[check_id]["output"], checks[check_id]["output"]
+    folder = variant.write(tmp_path / variant.name, "p6")
+    extra = ["--timeout", str(variant.timeout_s)] if variant.timeout_s else []
+    results = grade_in_process("p6", folder, tmp_path / "results.json", *extra)
+    capsys.readouterr()
+    assert_loses_exactly(results, variant.loses, variant.messages)
 
 
 def test_deadlock_is_graded_within_the_budget_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     deadlock = next(v for v in VARIANTS if v.name == "rank1_skips_backward_then_barrier")
-    folder = deadlock.write(tmp_path / "deadlock")
+    folder = deadlock.write(tmp_path / "deadlock", "p6")
     budget = 15.0
     started = time.monotonic()
     code = main(["grade", "p6", str(folder), "--results", str(tmp_path / "r.json"), "--timeout", "5", "--time-budget", str(budget)])

@@ -57,7 +57,7 @@ def test_console_and_markdown_show_the_table_and_the_feedback() -> None:
     table = console_table(report())
     assert "  2  Sync" in table and "0/5  FAIL" in table and "DEFERRED" in table
     assert "Score: 2 / 7  (3 more points deferred" in table
-    assert "2. Sync: ws2: gradients differ" in table
+    assert "✗ 2. Sync: ws2: gradients differ" in table and "✓ 1. Ranks: ok" in table
     assert "ValueError: boom" in table
     md = markdown(report())
     assert "| 2 | Sync | 0/5 | ❌ fail |" in md and "<details>" in md

@@ -36,6 +36,24 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Answers:
+    """The submission's answers file: its parsed content, or why it could not be read."""
+
+    data: Mapping[str, Any] | None
+    problem: str | None = None
+
+    def get(self, dotted: str) -> Any:
+        """The value at `a.b.c`, or None."""
+        node: Any = self.data
+        for part in dotted.split("."):
+            if isinstance(node, Mapping):
+                node = node.get(part, node.get(int(part)) if part.isdigit() else None)
+            else:
+                return None
+        return node
+
+
+@dataclass(frozen=True)
 class OptionDef:
     """One option a check accepts in the spec: its type, default and accepted range."""
 
@@ -75,7 +93,17 @@ class CheckContext:
     options: Mapping[str, Any]
     args: Mapping[str, Any]  # what the grader passed to the script (--name=value), seed included
     references: Mapping[str, Any] = field(default_factory=dict)  # run name -> the practical's reference
-    gpus: int = 0  # CUDA devices the runs could use (real or virtual)
+    gpus: int = 0  # real CUDA devices of the grading machine
+    run_args: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # run name -> its own arguments
+    answers: "Answers | None" = None  # the submission's answers file, when the practical has one
+
+    def args_of(self, run: JobResult) -> Mapping[str, Any]:
+        """The arguments `run` was given: the common ones and its own."""
+        return {**self.args, **self.run_args.get(run.spec.name, {})}
+
+    def gpus_of(self, run: JobResult) -> int:
+        """CUDA devices per node that `run` saw: its virtual ones, else the machine's."""
+        return run.spec.virtual_gpus or self.gpus
 
 
 @dataclass(frozen=True)
@@ -86,3 +114,4 @@ class CheckDef:
     function: Callable[[CheckContext], Verdict]
     description: str
     options: Mapping[str, OptionDef] = field(default_factory=dict)
+    real_gpus: int = 0  # real CUDA devices it needs; deferred (with its runs) on machines with fewer

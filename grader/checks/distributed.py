@@ -14,6 +14,7 @@ from typing import Callable, Mapping, Sequence
 
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.checks.runs import missing, per_run
 from grader.checks.numeric import Difference, Named, compare, named, scale
 from grader.run.job import JobResult, RankResult
 
@@ -29,36 +30,6 @@ class Trajectory:
     grads: Sequence[Mapping[str, Sequence[float]]]  # before optimizer step i
     params: Sequence[Mapping[str, Sequence[float]]]  # after optimizer step i
     samples: int  # how many samples of the global batch a full step uses
-
-
-RunJudge = Callable[[JobResult], tuple[bool, str]]
-
-
-def run_label(run: JobResult) -> str:
-    return f"{run.spec.name} ({run.layout.describe()})"
-
-
-def per_run(ctx: CheckContext, judge: RunJudge, passed_summary: str) -> Verdict:
-    """Judge every run; the check passes when every run does."""
-    if not ctx.runs:
-        return Verdict(False, "no run of the submission was available to this check")
-    lines, failed = [], []
-    for run in ctx.runs:
-        ok, line = judge(run) if run.ranks else (False, failures.explain(run) or "the run produced no ranks")
-        lines.append(f"{'✓' if ok else '✗'} {run_label(run)}: {line}")
-        if not ok:
-            failed.append(f"{run_label(run)}: {line}")
-    if failed:
-        reasons = {line.split(": ", 1)[1] for line in failed}
-        if len(failed) == len(ctx.runs) > 1 and len(reasons) == 1:
-            return Verdict(False, f"{reasons.pop()} — in every run", ())
-        return Verdict(False, failed[0], tuple(lines))
-    return Verdict(True, passed_summary, tuple(lines))
-
-
-def _missing(run: JobResult, what: str) -> tuple[bool, str]:
-    """The line for a run where the observations a check needs are absent."""
-    return False, failures.explain(run) or f"{what} was not observed"
 
 
 def setup_values(rank: RankResult) -> dict:
@@ -79,7 +50,7 @@ def rank_setup(ctx: CheckContext) -> Verdict:
 
     def judge(run: JobResult) -> tuple[bool, str]:
         if not any(r.first("init_pg") for r in run.ranks):
-            return _missing(run, "a process group")
+            return missing(run, "a process group")
         problems = []
         for rank in run.ranks:
             expected = {"rank": rank.rank, "local_rank": rank.local_rank, "world_size": run.layout.world_size}
@@ -124,19 +95,28 @@ def model_forwards(rank: RankResult) -> list[dict]:
     return [f for f in rank.of_kind("forward") if f.get("has_params") and f.get("inputs")]
 
 
+def _ordinal_hint(text: str) -> str:
+    if "invalid device ordinal" in text:
+        return " — a rank asked for a GPU its node does not have: the GPU follows LOCAL_RANK, not RANK"
+    return ""
+
+
 def device_mapping(ctx: CheckContext) -> Verdict:
     """Each rank's model and inputs live on its own device: cuda:LOCAL_RANK with GPUs, else cpu."""
 
     def judge(run: JobResult) -> tuple[bool, str]:
         if not any(r.first("model") for r in run.ranks):
-            return _missing(run, "the model")
+            ok, line = missing(run, "the model")
+            return ok, line + _ordinal_hint(line)
         problems = []
         used: dict[str, list[int]] = {}
+        gpus = ctx.gpus_of(run)
         for rank in run.ranks:
-            want = expected_device(rank, ctx.gpus)
+            want = expected_device(rank, gpus)
             devices = model_devices(rank)
             if not devices:
-                problems.append(f"rank {rank.rank}: no model seen ({failures.rank_end(rank) or 'not built'})")
+                end = failures.rank_end(rank) or "not built"
+                problems.append(f"rank {rank.rank} (node {rank.node}): no model seen ({end}){_ordinal_hint(end)}")
                 continue
             if devices != [want]:
                 hint = " — the GPU follows LOCAL_RANK, not RANK" if want.startswith("cuda") and f"cuda:{rank.rank}" in devices else ""
@@ -149,13 +129,13 @@ def device_mapping(ctx: CheckContext) -> Verdict:
             wrapped = rank.first("ddp")
             if wrapped and wrapped.get("device_ids") not in (None, [str(rank.local_rank)], [want]):
                 problems.append(f"rank {rank.rank}: DDP(device_ids={wrapped['device_ids']}), expected [{rank.local_rank}]" if want != "cpu" else f"rank {rank.rank}: DDP(device_ids={wrapped['device_ids']}) on the CPU, expected None")
-        if ctx.gpus:
+        if gpus:
             for where, ranks in sorted(used.items()):
                 if len(ranks) > 1:
                     problems.append(f"ranks {', '.join(map(str, ranks))} share {where}")
         if problems:
             return False, "; ".join(problems[:3])
-        return True, ", ".join(f"rank {r.rank}→{expected_device(r, ctx.gpus)}" for r in run.ranks)
+        return True, ", ".join(f"rank {r.rank}→{expected_device(r, gpus)}" for r in run.ranks)
 
     return per_run(ctx, judge, "every rank computes on its own device")
 
@@ -163,13 +143,12 @@ def device_mapping(ctx: CheckContext) -> Verdict:
 # --------------------------------------------------------------- batch shard
 def batch_shard(ctx: CheckContext) -> Verdict:
     """Every rank feeds batch_size // world_size samples per step to the model."""
-    batch = int(ctx.args[ctx.options["batch_argument"]])
-
     def judge(run: JobResult) -> tuple[bool, str]:
+        batch = int(ctx.args_of(run)[ctx.options["batch_argument"]])
         world = run.layout.world_size
         want = batch // world
         if not any(model_forwards(r) for r in run.ranks):
-            return _missing(run, "a forward pass of the model")
+            return missing(run, "a forward pass of the model")
         problems = []
         for rank in run.ranks:
             sizes = [f["inputs"][0]["shape"][0] if f["inputs"][0]["shape"] else 0 for f in model_forwards(rank)]
@@ -235,7 +214,7 @@ def grad_sync(ctx: CheckContext) -> Verdict:
         ref = refs[0]
         grads = {r.rank: _steps(r, "opt_grads", "grads") for r in run.ranks}
         if not all(grads.values()):
-            return _missing(run, "an optimizer step")
+            return missing(run, "an optimizer step")
         pattern = allreduce_pattern(run.ranks[0], len(grads[0]))
         patterns[run.spec.name] = pattern
         calls = f"all-reduce calls per step: {pattern}"
@@ -268,13 +247,13 @@ def params_sync(ctx: CheckContext) -> Verdict:
     """After all steps, the parameters are identical on every rank and equal to those of
     single-process full-batch training."""
     rtol, atol = ctx.options["rtol"], ctx.options["atol"]
-    steps = int(ctx.args[ctx.options["steps_argument"]])
 
     def judge(run: JobResult) -> tuple[bool, str]:
+        steps = int(ctx.args_of(run)[ctx.options["steps_argument"]])
         refs: Sequence[Trajectory] = ctx.references[run.spec.name]
         params = {r.rank: _steps(r, "opt_params", "values") for r in run.ranks}
         if not all(params.values()):
-            return _missing(run, "an optimizer step")
+            return missing(run, "an optimizer step")
         short = [rank for rank, seen in params.items() if len(seen) < steps]
         if short:
             rank = next(r for r in run.ranks if r.rank == short[0])

@@ -35,14 +35,24 @@ def _where(exc: dict) -> str:
     return f" at {last.get('file')}:{last.get('line')}{code}"
 
 
-def todo_stop(rank: RankResult) -> str | None:
-    """'TODO 1: … (p6_ddp.py:54)' when the rank stopped at an untouched TODO of the template."""
-    exc = exception_of(rank)
+def todo_of(exc: dict | None) -> str | None:
+    """'TODO 1: … (p6_ddp.py:54)' when the exception is an untouched TODO of a template."""
     if exc and exc.get("type") == "NotImplementedError" and _TODO.match(exc.get("message", "")):
         frames = exc.get("frames") or []
         where = f" ({frames[-1].get('file')}:{frames[-1].get('line')})" if frames else ""
         return f"{exc['message']}{where}"
     return None
+
+
+def todo_stop(rank: RankResult) -> str | None:
+    """The TODO a rank stopped at, if it stopped at one."""
+    return todo_of(exception_of(rank))
+
+
+def failure(exc: dict) -> str:
+    """'stops at TODO 1: …' or 'raised ValueError: … at file:line (code)'."""
+    todo = todo_of(exc)
+    return f"stops at {todo}" if todo else f"raised {describe_exception(exc)}"
 
 
 def is_consequence(exc: dict) -> bool:

@@ -10,18 +10,25 @@ What is recorded, and how (all through public torch hooks where torch has one):
                             does what DDP does by default, or calls the student's own hook), and
                             every explicit torch.distributed.all_reduce call.
     forward              -- global module forward hooks: each outermost module call with the
-                            shapes and devices of its tensor inputs.
-    opt_step             -- global optimizer step hooks: gradients before and parameters after
-                            each optimizer step; the step counter every other event carries.
+                            shapes and devices of its tensor inputs; in the first
+                            `detail_steps` steps also the nested calls (DataParallel replicas,
+                            pipeline stages, layers) with their depth, name and parameter devices.
+    forward_output       -- text the script printed while a module's forward was running.
+    opt_grads / params   -- global optimizer step hooks: gradients before and parameters after
+                            each optimizer step (after a CUDA synchronize, so the event's time
+                            is the step's end); the step counter every other event carries.
+    cuda_memory          -- at the end, the peak memory allocated on each CUDA device.
     globals              -- the values of the script's setup variables (rank, local_rank, ...),
-                            read from its module frame at the first model forward.
+                            read from its module frame at DDP construction and first forward.
+Devices are read through `device_of`, which knows virtual GPUs; values are read with torch
+functions disabled, so the probe's own reads never pass through the virtual-GPU mode.
 """
 from __future__ import annotations
 
 import datetime
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 import torch
 import torch.distributed as dist
@@ -32,53 +39,64 @@ from torch.optim import optimizer as optim_module
 
 from grader.probe.recorder import Recorder
 
-
-def describe(value: Any) -> Any:
-    """A small JSON-able description of a value from the student's namespace."""
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, torch.device):
-        return str(value)
-    if isinstance(value, torch.Tensor):
-        return {"tensor": list(value.shape), "device": str(value.device)}
-    return {"type": type(value).__name__, "repr": repr(value)[:120]}
+DeviceOf = Callable[[torch.Tensor], torch.device]
 
 
-def tensor_inputs(args: tuple, kwargs: dict | None = None) -> list[dict]:
-    """Shapes and devices of the tensors among a call's arguments (first level only)."""
-    values = list(args) + list((kwargs or {}).values())
-    return [{"shape": list(v.shape), "device": str(v.device)} for v in values if isinstance(v, torch.Tensor)]
-
-
-def flat_values(tensors: list[torch.Tensor | None]) -> list[list[float] | None]:
-    """Exact float values of small tensors (None stays None)."""
-    return [None if t is None else t.detach().to("cpu", torch.float64).reshape(-1).tolist() for t in tensors]
+def _plain_device(tensor: torch.Tensor) -> torch.device:
+    return tensor.device
 
 
 class Probe:
     """The observer state of one rank. `install()` puts the hooks in place; nothing is global
     beyond what torch's own hook registries hold."""
 
-    def __init__(self, recorder: Recorder, config: dict) -> None:
+    def __init__(self, recorder: Recorder, config: dict, device_of: DeviceOf | None = None) -> None:
         self.rec = recorder
         self.script = config["script"]
         self.watch_globals: list[str] = config.get("watch_globals", [])
         self.max_value_steps: int = config.get("max_value_steps", 8)
         self.max_values: int = config.get("max_values", 200_000)
+        self.detail_steps: int = config.get("detail_steps", 2)
         self.pg_timeout_s: float = config.get("pg_timeout_s", 120.0)
+        self.device_of = device_of or _plain_device
         self.step = 0
         self.param_names: dict[int, str] = {}
+        self.module_names: dict[int, str] = {}
         self.model_seen = False
         self.model_forwarded = False
         self._local = threading.local()
         self._originals: dict[str, Callable] = {}
 
+    # ---------------------------------------------------------------- values
+    def device_name(self, tensor: torch.Tensor) -> str:
+        return str(self.device_of(tensor))
+
+    def inputs(self, args: tuple) -> list[dict]:
+        """Shapes and devices of the tensors among a call's arguments (first level only)."""
+        return [{"shape": list(v.shape), "device": self.device_name(v)} for v in args if isinstance(v, torch.Tensor)]
+
+    def describe(self, value: Any) -> Any:
+        """A small JSON-able description of a value from the student's namespace."""
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            return value
+        if isinstance(value, torch.device):
+            return str(value)
+        if isinstance(value, torch.Tensor):
+            return {"tensor": list(value.shape), "device": self.device_name(value)}
+        return {"type": type(value).__name__, "repr": repr(value)[:120]}
+
+    @staticmethod
+    def flat_values(tensors: list[torch.Tensor | None]) -> list[list[float] | None]:
+        """Exact float values of small tensors (None stays None)."""
+        with torch._C.DisableTorchFunction():
+            return [None if t is None else t.detach().to("cpu", torch.float64).reshape(-1).tolist() for t in tensors]
+
     # ------------------------------------------------------------------ install
     def install(self) -> None:
         """Wrap the torch entry points and register the global hooks."""
-        self._wrap(c10d, dist, "init_process_group", self._init_process_group)
-        self._wrap(c10d, dist, "destroy_process_group", self._destroy_process_group)
-        self._wrap(c10d, dist, "all_reduce", self._all_reduce)
+        self._wrap("init_process_group", self._init_process_group)
+        self._wrap("destroy_process_group", self._destroy_process_group)
+        self._wrap("all_reduce", self._all_reduce)
         self._originals["ddp_init"] = DistributedDataParallel.__init__
         self._originals["ddp_register_comm_hook"] = DistributedDataParallel.register_comm_hook
         probe = self
@@ -102,11 +120,15 @@ class Probe:
         optim_module.register_optimizer_step_pre_hook(self._step_pre)
         optim_module.register_optimizer_step_post_hook(self._step_post)
 
-    def _wrap(self, home, alias, name: str, replacement: Callable) -> None:
+    def _wrap(self, name: str, replacement: Callable) -> None:
         """Replace `name` in torch.distributed and its defining module by `replacement`."""
-        self._originals[name] = getattr(home, name)
-        setattr(home, name, replacement)
-        setattr(alias, name, replacement)
+        self._originals[name] = getattr(c10d, name)
+        setattr(c10d, name, replacement)
+        setattr(dist, name, replacement)
+
+    def tap(self, stream: TextIO) -> "OutputTap":
+        """A stand-in for sys.stdout / sys.stderr that notes text printed inside a forward."""
+        return OutputTap(stream, self)
 
     # -------------------------------------------------------- process groups
     def _init_process_group(self, backend=None, *args, **kwargs):
@@ -139,11 +161,10 @@ class Probe:
     def _after_ddp_init(self, ddp, args: tuple, kwargs: dict) -> None:
         device_ids = kwargs.get("device_ids", args[1] if len(args) > 1 else None)
         self._remember_model(ddp.module)
-        params = list(ddp.module.parameters())
         self.rec.emit(
             "ddp",
             device_ids=[str(d) for d in device_ids] if device_ids is not None else None,
-            param_devices=sorted({str(p.device) for p in params}),
+            param_devices=sorted({self.device_name(p) for p in ddp.module.parameters()}),
             step=self.step,
         )
         self._emit_model(ddp.module, "ddp")
@@ -160,37 +181,61 @@ class Probe:
             user_state, user_hook = hook_state["user"]
             return user_hook(user_state, bucket)
         group = hook_state["group"]
-        buffer.div_(group.size())
-        work = self._originals["all_reduce"](buffer, group=group, async_op=True)
-        return work.get_future().then(lambda fut: fut.value()[0])
+        with torch._C.DisableTorchFunction():
+            buffer.div_(group.size())
+            work = self._originals["all_reduce"](buffer, group=group, async_op=True)
+            return work.get_future().then(lambda fut: fut.value()[0])
 
     # ---------------------------------------------------------------- modules
+    def _stack(self) -> list:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
     def _forward_pre(self, module, args) -> None:
-        depth = getattr(self._local, "depth", 0)
-        self._local.depth = depth + 1
-        if depth:
+        stack = self._stack()
+        depth = len(stack)
+        stack.append(None)
+        if depth and self.step >= self.detail_steps:
             return
         has_params = next(module.parameters(), None) is not None
-        if has_params and not self.model_forwarded:
+        if depth == 0 and has_params and not self.model_forwarded:
             self.model_forwarded = True
             if not self.model_seen:
                 self._remember_model(module.module if isinstance(module, DistributedDataParallel) else module)
                 self._emit_model(module, "first_forward")
             self._emit_globals("first_forward")
-        self.rec.emit(
-            "forward",
-            module=type(module).__name__,
-            has_params=has_params,
-            inputs=tensor_inputs(args),
-            step=self.step,
-        )
+        event = {
+            "module": type(module).__name__,
+            "name": self.module_names.get(id(module)),
+            "depth": depth,
+            "has_params": has_params,
+            "replica": bool(getattr(module, "_is_replica", False)),
+            "inputs": self.inputs(args),
+            "step": self.step,
+        }
+        if has_params and self.step < self.detail_steps:
+            event["param_devices"] = sorted({self.device_name(p) for p in module.parameters()})
+        stack[-1] = event
+        self.rec.emit("forward", **event)
 
     def _forward_post(self, module, args, output) -> None:
-        self._local.depth = max(getattr(self._local, "depth", 1) - 1, 0)
+        stack = self._stack()
+        if stack:
+            stack.pop()
+
+    def current_forward(self) -> dict | None:
+        """The innermost recorded forward running in this thread, if any."""
+        for event in reversed(self._stack()):
+            if event is not None:
+                return event
+        return None
 
     def _remember_model(self, model: torch.nn.Module) -> None:
         self.model_seen = True
         self.param_names = {id(p): name for name, p in model.named_parameters()}
+        self.module_names.update({id(m): name or type(model).__name__ for name, m in model.named_modules()})
 
     def _emit_model(self, module: torch.nn.Module, when: str) -> None:
         if isinstance(module, DistributedDataParallel):
@@ -202,8 +247,8 @@ class Probe:
             when=when,
             names=[n for n, _ in named],
             shapes=[list(p.shape) for _, p in named],
-            devices=[str(p.device) for _, p in named],
-            values=flat_values([p for _, p in named]) if small else None,
+            devices=[self.device_name(p) for _, p in named],
+            values=self.flat_values([p for _, p in named]) if small else None,
             step=self.step,
         )
 
@@ -219,16 +264,18 @@ class Probe:
         self.rec.emit(
             "opt_grads",
             names=[self.param_names.get(id(p), f"param{i}") for i, p in enumerate(params)],
-            grads=flat_values([p.grad for p in params]) if self._record_values(params) else None,
+            grads=self.flat_values([p.grad for p in params]) if self._record_values(params) else None,
             step=self.step,
         )
 
     def _step_post(self, optimizer, args, kwargs) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # so the event's time is when the GPUs finished the step
         params = self._optimizer_params(optimizer)
         self.rec.emit(
             "opt_params",
             names=[self.param_names.get(id(p), f"param{i}") for i, p in enumerate(params)],
-            values=flat_values(params) if self._record_values(params) else None,
+            values=self.flat_values(params) if self._record_values(params) else None,
             step=self.step,
         )
         self.step += 1
@@ -247,14 +294,42 @@ class Probe:
         namespace = namespace if namespace is not None else self.script_globals()
         if namespace is None:
             return
-        values = {name: describe(namespace[name]) for name in self.watch_globals if name in namespace}
+        values = {name: self.describe(namespace[name]) for name in self.watch_globals if name in namespace}
         self.rec.emit("globals", when=when, values=values, step=self.step)
 
     def finish(self, namespace: dict | None) -> None:
         """Record the end state: the script's variables and whether a process group is left."""
         self._emit_globals("end", namespace)
+        if torch.cuda.is_available():
+            self.rec.emit("cuda_memory", peak=[torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())], step=self.step)
         self.rec.emit(
             "end_state",
             pg_initialized=bool(dist.is_available() and dist.is_initialized()),
             steps=self.step,
         )
+
+
+class OutputTap:
+    """Writes through to a stream and notes what was written inside a module's forward (the
+    first `detail_steps` steps, 300 characters a write at most)."""
+
+    def __init__(self, stream: TextIO, probe: Probe) -> None:
+        self._stream = stream
+        self._probe = probe
+
+    def write(self, text: str) -> int:
+        written = self._stream.write(text)
+        forward = self._probe.current_forward()
+        if forward is not None and text.strip() and self._probe.step < self._probe.detail_steps:
+            self._probe.rec.emit(
+                "forward_output",
+                text=text[:300],
+                module=forward["module"],
+                depth=forward["depth"],
+                inputs=forward["inputs"],
+                step=self._probe.step,
+            )
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

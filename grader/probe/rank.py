@@ -136,8 +136,14 @@ def _run_script(config: dict) -> int:
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         torch.set_num_threads(max(int(os.environ["OMP_NUM_THREADS"]), 1))
     recorder = Recorder(config["observations"], config.get("max_observation_bytes", 8 << 20))
-    probe = Probe(recorder, config)
+    device_of = None
+    if config.get("virtual_gpus"):
+        from grader.probe.virtual import install
+
+        device_of = install(int(config["virtual_gpus"])).device_of
+    probe = Probe(recorder, config, device_of)
     probe.install()
+    sys.stdout, sys.stderr = probe.tap(sys.stdout), probe.tap(sys.stderr)
     script = config["script"]
     recorder.emit("start", pid=os.getpid(), argv=config["argv"], torch=torch.__version__, step=0)
     sys.argv = [script, *config["argv"]]
@@ -145,7 +151,8 @@ def _run_script(config: dict) -> int:
     namespace = None
     code = 0
     try:
-        namespace = runpy.run_path(script, run_name="__main__")
+        extra = {"__grader_emit__": recorder.emit} if config.get("driver") else None
+        namespace = runpy.run_path(script, init_globals=extra, run_name="__main__")
         recorder.emit("exit", how="returned", code=0, step=probe.step)
     except SystemExit as exc:
         namespace = _script_namespace(exc.__traceback__, script)

@@ -75,6 +75,7 @@ def to_gradescope(report: GradingReport) -> dict[str, Any]:
             "environment": dict(report.environment),
             "runs": [{"name": r.name, "layout": r.layout, "wall_s": round(r.wall_s, 3), "outcome": r.outcome} for r in report.runs],
             "autograder_error": report.error,
+            "manual_answers": dict(report.manual),
         },
         "tests": tests,
     }

@@ -58,6 +58,8 @@ class GradingReport:
     execution_time_s: float = 0.0
     environment: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
+    manual: tuple[tuple[str, str], ...] = ()  # (question, the student's text): graded by people
+    notes: tuple[str, ...] = ()  # remarks on how the submission was taken (e.g. lines not run)
 
     @property
     def score(self) -> float:

@@ -36,6 +36,11 @@ def overview_text(report: GradingReport) -> str:
     lines = [f"{report.practical}: {report.title}", _score_line(report), _environment_line(report)]
     if report.error:
         lines += ["", f"AUTOGRADER ERROR: {report.error}"]
+    if report.notes:
+        lines += ["", "Notes:", *(f"  {note}" for note in report.notes)]
+    if report.manual:
+        lines += ["", "Answers collected for manual grading (not scored here):"]
+        lines += [f"  {question}: {text.strip() or '(empty)'}" for question, text in report.manual]
     if report.runs:
         lines += ["", "Runs of your script:"]
         for run in report.runs:
@@ -56,11 +61,16 @@ def console_table(report: GradingReport, width: int = 100) -> str:
         points = f"{_points(check.score)}/{_points(check.max_score)}"
         lines.append(f"{check.number:>3}  {title:<{title_width}}  {points:>9}  {_MARK[check.status]}")
     lines += ["", _score_line(report), _environment_line(report)]
-    failing = [c for c in report.checks if c.status is not Status.PASSED]
-    if failing:
+    if report.manual:
+        answered = sum(1 for _, text in report.manual if text.strip())
+        lines.append(f"{answered} of {len(report.manual)} free-text answers collected for manual grading")
+    if report.checks:
         lines += ["", "Feedback:"]
-        for check in failing:
-            lines.append(f"  {check.number}. {check.title}: {check.summary}")
+        for check in report.checks:
+            mark = "✓" if check.status is Status.PASSED else "✗" if check.status in (Status.FAILED, Status.ERROR) else "·"
+            lines.append(f"  {mark} {check.number}. {check.title}: {check.summary}")
+    if report.notes:
+        lines += ["", "Notes:", *(f"  {note}" for note in report.notes)]
     if report.error:
         lines += ["", f"AUTOGRADER ERROR: {report.error}"]
     troubled = [r for r in report.runs if r.output]

@@ -25,6 +25,8 @@ class Layout:
         return rank % self.ranks_per_node
 
     def describe(self) -> str:
+        if self.nodes == 1 and self.ranks_per_node == 1:
+            return "1 process"
         nodes = "1 node" if self.nodes == 1 else f"{self.nodes} nodes"
         ranks = "1 rank" if self.ranks_per_node == 1 else f"{self.ranks_per_node} ranks"
         return f"{nodes} × {ranks}"
@@ -42,6 +44,14 @@ class JobSpec:
     timeout_s: float
     env: Mapping[str, str] = field(default_factory=dict)
     watch_globals: tuple[str, ...] = ()
+    virtual_gpus: int = 0  # CUDA devices each simulated node pretends to have (0: none)
+    driver: bool = False  # the script is a grader driver: it gets the recorder (__grader_emit__)
+
+    def describe(self) -> str:
+        """'2 nodes × 2 ranks, 2 virtual GPUs each'."""
+        each = " each" if self.layout.nodes > 1 else ""
+        gpus = f", {self.virtual_gpus} virtual GPU{'s' if self.virtual_gpus > 1 else ''}{each}" if self.virtual_gpus else ""
+        return self.layout.describe() + gpus
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ class LocalRunnerOptions:
         "torch._dynamo",  # DistributedDataParallel imports it on first construction (~2 s)
         "grader.probe.rank",
         "grader.probe.observers",
+        "grader.probe.virtual",
     )
     ready_timeout_s: float = 180.0
     stack_wait_s: float = 2.0
@@ -211,6 +212,8 @@ class LocalRunner:
                     "faults": str(folder / "faults"),
                     "observations": str(folder / "observations.jsonl"),
                     "watch_globals": list(job.watch_globals),
+                    "virtual_gpus": job.virtual_gpus,
+                    "driver": job.driver,
                     "pg_timeout_s": job.timeout_s + 30,
                     "max_observation_bytes": self.options.observation_bytes,
                 }

@@ -87,20 +87,39 @@ def _scalar(value: Any) -> bool:
     return isinstance(value, (int, float, str, bool))
 
 
+def _script(value: Any) -> bool:
+    return isinstance(value, str) and value.endswith((".py", ".ipynb")) and ".." not in value and not value.startswith("/")
+
+
+def _load_args(node: _Node) -> dict[str, Any]:
+    for name, value in node.data.items():
+        if not _identifier(name) or not _scalar(value):
+            raise SpecError(node.file, node.key(str(name)), "a Python identifier with a number, string or true/false", value)
+    return dict(node.data)
+
+
 def _load_runs(top: _Node) -> tuple[RunDef, ...]:
     items = top.get("runs", "a non-empty list of runs", lambda v: isinstance(v, list) and len(v) > 0)
     runs: list[RunDef] = []
     for index, item in enumerate(items):
         node = _Node(top.file, f"runs[{index}]", item)
-        node.only("name", "nodes", "ranks_per_node")
+        node.only("name", "nodes", "ranks_per_node", "virtual_gpus", "script", "args")
         name = node.get("name", "a name (letters, digits, _ . -)", _name)
         if any(r.name == name for r in runs):
             raise SpecError(top.file, node.key("name"), "a name no other run has", name)
         layout = Layout(
             nodes=node.get("nodes", "a whole number ≥ 1", _count(1), 1),
-            ranks_per_node=node.get("ranks_per_node", "a whole number ≥ 1", _count(1)),
+            ranks_per_node=node.get("ranks_per_node", "a whole number ≥ 1", _count(1), 1),
         )
-        runs.append(RunDef(name=name, layout=layout))
+        runs.append(
+            RunDef(
+                name=name,
+                layout=layout,
+                virtual_gpus=node.get("virtual_gpus", "a whole number ≥ 0 (virtual GPUs per node)", _count(0), 0),
+                script=node.get("script", "the file name of a script of the submission", _script, None),
+                args=_load_args(node.child("args", default={})),
+            )
+        )
     return tuple(runs)
 
 
@@ -131,7 +150,7 @@ def _load_checks(top: _Node, runs: tuple[RunDef, ...], available: Mapping[str, C
         function = node.get("check", f"one of the practical's checks ({', '.join(available)})", lambda v: v in available, check_id)
         if function not in available:
             raise SpecError(top.file, node.key("id"), f"one of the practical's checks ({', '.join(available)}) or a `check:` key naming one", check_id)
-        chosen = node.get("runs", f"a list of run names from {list(run_names)}", lambda v: isinstance(v, list) and v and all(x in run_names for x in v), list(run_names))
+        chosen = node.get("runs", f"a list of run names from {list(run_names)} ([] for none)", lambda v: isinstance(v, list) and all(x in run_names for x in v), list(run_names))
         checks.append(
             CheckSpec(
                 id=check_id,
@@ -162,11 +181,8 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         where = f" at line {mark.line + 1}" if mark else ""
         raise SpecError(path, "(file)", "valid YAML", f"<{getattr(exc, 'problem', None) or exc}{where}>") from None
     top = _Node(path, "", data)
-    top.only("id", "title", "script", "seed_argument", "args", "variables", "timeouts", "runs", "checks")
-    args_node = top.child("args", default={})
-    for name, value in args_node.data.items():
-        if not _identifier(name) or not _scalar(value):
-            raise SpecError(path, args_node.key(str(name)), "a Python identifier with a number, string or true/false", value)
+    top.only("id", "title", "script", "seed_argument", "args", "variables", "timeouts", "runs", "checks", "answers", "manual_answers")
+    args = _load_args(top.child("args", default={}))
     timeouts = top.child("timeouts", default={})
     timeouts.only("run_s", "total_s")
     run_timeout = float(timeouts.get("run_s", "a number of seconds > 0", _number(strict=True), 60))
@@ -177,8 +193,8 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
     return Assignment(
         id=top.get("id", "the practical's id, e.g. p6", _name),
         title=top.get("title", "a non-empty string", lambda v: isinstance(v, str) and v.strip() != ""),
-        script=top.get("script", "the file name of the student's script", lambda v: isinstance(v, str) and v.endswith(".py") and ".." not in v),
-        args=dict(args_node.data),
+        script=top.get("script", "the file name of the student's script", _script),
+        args=args,
         seed_argument=top.get("seed_argument", "a Python identifier, or null", lambda v: v is None or _identifier(v), None),
         variables=tuple(top.get("variables", "a list of Python identifiers", lambda v: isinstance(v, list) and all(_identifier(x) for x in v), [])),
         runs=runs,
@@ -186,4 +202,6 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         run_timeout_s=run_timeout,
         total_timeout_s=total_timeout,
         source=path,
+        answers=top.get("answers", "the file name of the answers (.yaml)", lambda v: isinstance(v, str) and v.endswith((".yaml", ".yml")) and "/" not in v, None),
+        manual_answers=tuple(top.get("manual_answers", "a list of dotted keys of the answers file", lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), [])),
     )

@@ -12,10 +12,14 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 
 @dataclass(frozen=True)
 class RunDef:
-    """One launch the grading performs: a name and a layout of ranks."""
+    """One launch the grading performs: a name, a layout of ranks, and how many virtual GPUs
+    each simulated node has (0: the machine's real devices, if any)."""
 
     name: str
     layout: Layout
+    virtual_gpus: int = 0
+    script: str | None = None  # another script than the assignment's
+    args: Mapping[str, Any] = field(default_factory=dict)  # arguments that differ in this run
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class Assignment:
     run_timeout_s: float
     total_timeout_s: float
     source: Path
+    answers: str | None = None  # the submission's answers file (YAML), if the practical has one
+    manual_answers: tuple[str, ...] = ()  # dotted keys of free-text answers, graded by people
 
     @property
     def max_score(self) -> float:

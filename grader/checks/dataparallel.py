@@ -1,0 +1,179 @@
+"""Checks for nn.DataParallel: how the batch is split over the replicas, where the model
+lives, what each replica logs, and (with real GPUs) step times and GPU 0's memory.
+
+The expected split is torch.chunk's: chunks of ceil(B / n) rows, the last one smaller, and
+fewer chunks (so fewer replicas) than GPUs when the batch is small — computed here, never
+taken from the submission.
+"""
+from __future__ import annotations
+
+import statistics
+from types import MappingProxyType
+
+from grader.checks import failures
+from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.checks.runs import per_run
+from grader.run.job import JobResult, RankResult
+
+
+def chunk_rows(batch: int, parts: int) -> list[int]:
+    """The rows of each chunk of torch.chunk(batch rows, parts)."""
+    if batch <= 0:
+        return []
+    size = -(-batch // parts)
+    return [size] * (batch // size) + ([batch % size] if batch % size else [])
+
+
+def model_calls(rank: RankResult, step: int = 0) -> tuple[str | None, list[dict]]:
+    """The first model call of `step`: ('DataParallel', its replicas' forwards) when the model
+    is wrapped, else (the model's class, [its own forward]). Replicas hold their parameters as
+    plain attributes (torch's replicate), so they are found by depth, not by parameters."""
+    calls = [f for f in rank.of_kind("forward") if f.get("step") == step]
+    for index, event in enumerate(calls):
+        if event.get("depth") != 0 or not event.get("has_params"):
+            continue
+        if event.get("module") != "DataParallel":
+            return event.get("module"), [event]
+        replicas = []  # every module call directly inside DataParallel.forward is a replica's
+        for inner in calls[index + 1 :]:
+            if inner.get("depth") == 0:
+                break
+            if inner.get("depth") == 1:
+                replicas.append(inner)
+        return "DataParallel", replicas
+    return None, []
+
+
+def _rows_on(call: dict) -> tuple[str, int]:
+    first = call["inputs"][0] if call.get("inputs") else {"device": "?", "shape": [0]}
+    return first["device"], first["shape"][0] if first["shape"] else 0
+
+
+def describe_split(pairs: list[tuple[str, int]]) -> str:
+    if not pairs:
+        return "no replica ran"
+    return f"rows {', '.join(str(r) for _, r in pairs)} on {', '.join(d for d, _ in pairs)}"
+
+
+def replica_shapes(ctx: CheckContext) -> Verdict:
+    """Each replica got the rows torch.chunk gives it, on its own GPU (fewer replicas than
+    GPUs when the batch is smaller than the GPU count)."""
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        batch = int(ctx.args_of(run)[ctx.options["batch_argument"]])
+        gpus = ctx.gpus_of(run)
+        expected = [(f"cuda:{i}", rows) for i, rows in enumerate(chunk_rows(batch, gpus))]
+        wanted = f"{describe_split(expected)} (batch {batch} over {gpus} GPUs)"
+        kind, calls = model_calls(run.ranks[0])
+        if kind is None:
+            return False, failures.explain(run) or "the model never ran"
+        observed = [_rows_on(call) for call in calls]
+        if kind != "DataParallel":
+            return False, f"expected {wanted}, but the model ran unwrapped: {describe_split(observed)} — is it wrapped in nn.DataParallel?"
+        if observed != expected:
+            reason = failures.explain(run)
+            return False, f"expected {wanted}, observed {describe_split(observed)}" + (f": {reason}" if reason else "")
+        return True, wanted
+
+    verdict = per_run(ctx, judge, "")
+    if verdict.passed:
+        splits = "; ".join(line[2:] for line in verdict.details)
+        return Verdict(True, f"every batch split as torch.chunk does: {splits}", verdict.details)
+    return verdict
+
+
+def dp_wrapped(ctx: CheckContext) -> Verdict:
+    """With several GPUs the model is wrapped in DataParallel and its master copy lives on
+    the first device, cuda:0."""
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        rank = run.ranks[0]
+        model = rank.first("model")
+        devices = sorted(set(model.get("devices") or [])) if model else []
+        if devices and devices != ["cuda:0"]:
+            end = failures.explain(run)
+            return False, f"the model's parameters are on {', '.join(devices)}, expected cuda:0 (DataParallel keeps the model on device_ids[0])" + (f"; {end}" if end else "")
+        kind, calls = model_calls(rank)
+        if kind is None:
+            return False, failures.explain(run) or "the model never ran"
+        if kind != "DataParallel":
+            return False, f"the model ran as a plain {kind} on one device with {ctx.gpus_of(run)} GPUs visible — wrap it in nn.DataParallel when torch.cuda.device_count() > 1"
+        return True, f"DataParallel over {ctx.gpus_of(run)} GPUs, model on cuda:0"
+
+    return per_run(ctx, judge, "the model is on the first GPU and wrapped in DataParallel")
+
+
+def shape_log(ctx: CheckContext) -> Verdict:
+    """Inside forward, every replica printed the device and the shape of its input (checked
+    against the device and rows the grader saw that replica get)."""
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        rank = run.ranks[0]
+        kind, calls = model_calls(rank)
+        if kind is None or not calls:
+            return False, failures.explain(run) or "the model never ran"
+        printed = [e for e in rank.of_kind("forward_output") if e.get("step") == 0]
+        missing = []
+        for call in calls:
+            device, rows = _rows_on(call)
+            texts = [e["text"] for e in printed if e.get("depth") == call.get("depth") and e.get("inputs") == call.get("inputs")]
+            if not any(device in text and str(rows) in text for text in texts):
+                missing.append(f"{device} ({rows} rows)" + (f": printed {texts[0].strip()!r}" if texts else ": nothing printed"))
+        if missing:
+            return False, f"no line naming the device and the rows from inside forward for {'; '.join(missing[:3])}"
+        return True, f"{len(calls)} replica(s) logged their device and input shape"
+
+    return per_run(ctx, judge, "every replica logs its device and input shape from inside forward")
+
+
+def _step_seconds(rank: RankResult) -> list[float]:
+    ends = [e["t"] for e in sorted(rank.of_kind("opt_params"), key=lambda e: e.get("step", 0)) if "t" in e]
+    return [b - a for a, b in zip(ends, ends[1:])]
+
+
+def gpu_step_times(ctx: CheckContext) -> Verdict:
+    """The grader's own step times of the single-GPU baseline and of DataParallel (measured
+    on real GPUs between optimizer steps, after synchronizing)."""
+    times = {}
+    for run in ctx.runs:
+        seconds = _step_seconds(run.ranks[0]) if run.ranks else []
+        if not seconds:
+            return Verdict(False, f"{run.spec.name}: {failures.explain(run) or 'no step time could be measured'}")
+        times[run.spec.name] = statistics.median(seconds)
+    names = list(times)
+    summary = ", ".join(f"{name}: {value * 1000:.2f} ms per step (median)" for name, value in times.items())
+    if len(names) == 2 and times[names[1]] > 0:
+        summary += f"; speedup {times[names[0]] / times[names[1]]:.2f}×"
+    return Verdict(True, summary, data={"median_step_s": times})
+
+
+def gpu0_memory(ctx: CheckContext) -> Verdict:
+    """Under DataParallel, GPU 0 holds more memory at its peak than every other GPU."""
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        memory = run.ranks[0].first("cuda_memory")
+        if not memory or len(memory.get("peak", [])) < 2:
+            return False, failures.explain(run) or "no per-GPU memory was measured"
+        peaks = memory["peak"]
+        shown = ", ".join(f"GPU {i}: {p / 2**20:.1f} MiB" for i, p in enumerate(peaks))
+        if all(peaks[0] > other for other in peaks[1:]):
+            return True, f"peak memory {shown}"
+        return False, f"GPU 0 is not the most loaded: {shown}"
+
+    return per_run(ctx, judge, "GPU 0 carries the most memory")
+
+
+BATCH = {"batch_argument": OptionDef(str, "batch_size", help="the script's argument that sets the batch size")}
+
+CHECKS = MappingProxyType(
+    {
+        check.id: check
+        for check in (
+            CheckDef("replica_shapes", replica_shapes, replica_shapes.__doc__ or "", BATCH),
+            CheckDef("dp_wrapped", dp_wrapped, dp_wrapped.__doc__ or ""),
+            CheckDef("shape_log", shape_log, shape_log.__doc__ or ""),
+            CheckDef("gpu_step_times", gpu_step_times, gpu_step_times.__doc__ or "", real_gpus=2),
+            CheckDef("gpu0_memory", gpu0_memory, gpu0_memory.__doc__ or "", real_gpus=2),
+        )
+    }
+)

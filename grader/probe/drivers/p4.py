@@ -1,0 +1,131 @@
+"""Practical 4's driver: the notebook's graded cells, then the grader's exercises.
+
+The builders below make the models and inputs from the grader's seed; the grader's reference
+(grader/practicals/p4.py) imports them too, so both sides build exactly the same things.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
+from grader.probe.drivers.notebook import Emit, run_cells
+from grader.probe.rank import describe_exception
+
+CELLS_FILE = "cells.json"
+FIXED_CASES = ((64, 2), (64, 3), (10, 4), (6, 4))  # (batch, chunks): even, uneven, fewer chunks
+ANSWERS = ("easier_to_implement", "helps_large_model", "main_overhead", "chunks_of_64_by_3", "chunks_of_10_by_4")
+MAX_VALUES = 4096
+
+
+def cases(seed: int) -> list[tuple[int, int]]:
+    """The fixed cases and one drawn from the seed (never known before the grading)."""
+    draw = random.Random(seed)
+    return [*FIXED_CASES, (draw.randint(5, 99), draw.randint(2, 6))]
+
+
+def dp_case(seed: int, index: int, batch: int, dims: tuple[int, int, int]) -> tuple[nn.Module, torch.Tensor]:
+    """The model and the batch of data-parallel case `index`."""
+    inputs, hidden, outputs = dims
+    generator = torch.Generator().manual_seed(seed * 100 + index)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed * 100 + index)
+        model = nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, outputs))
+    return model, torch.randn(batch, inputs, generator=generator)
+
+
+def mp_case(seed: int, batch: int, dims: tuple[int, int, int]) -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    """The two layers and the batch of the model-parallel exercise (on the CPU)."""
+    inputs, hidden, outputs = dims
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed * 100 + 99)
+        layer1, layer2 = nn.Linear(inputs, hidden), nn.Linear(hidden, outputs)
+    return layer1, layer2, torch.randn(batch, inputs, generator=torch.Generator().manual_seed(seed * 100 + 98))
+
+
+def values(tensor: torch.Tensor) -> list[float] | None:
+    with torch._C.DisableTorchFunction():
+        flat = tensor.detach().to("cpu", torch.float64).reshape(-1)
+        return flat.tolist() if flat.numel() <= MAX_VALUES else None
+
+
+def describe(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [describe(v) for v in value][:32]
+    return repr(value)[:120]
+
+
+def _missing(namespace: dict, name: str) -> dict | None:
+    if callable(namespace.get(name)):
+        return None
+    return {"missing": name}
+
+
+def exercise_dp(namespace: dict, seed: int, dims: tuple[int, int, int], emit: Emit) -> None:
+    for index, (batch, parts) in enumerate(cases(seed)):
+        model, x = dp_case(seed, index, batch, dims)
+        record: dict = {"index": index, "batch": batch, "parts": parts}
+        problem = _missing(namespace, "simulate_data_parallel")
+        if problem:
+            emit("dp_case", **record, **problem)
+            continue
+        try:
+            chunks, output = namespace["simulate_data_parallel"](model, x, parts)
+            record["chunks"] = [list(c.shape) for c in chunks]
+            record["output_shape"] = list(output.shape)
+            record["output"] = values(output)
+        except Exception as exc:  # noqa: BLE001 - the student's error is the observation
+            record["exception"] = describe_exception(exc, os.getcwd())
+        emit("dp_case", **record)
+
+
+def exercise_mp(namespace: dict, seed: int, batch: int, dims: tuple[int, int, int], emit: Emit) -> None:
+    layer1, layer2, x = mp_case(seed, batch, dims)
+    for name in ("place_layers", "model_parallel_forward"):
+        problem = _missing(namespace, name)
+        if problem:
+            emit("mp", **problem)
+            return
+    cwd = os.getcwd()
+    try:
+        placed = namespace["place_layers"](layer1, layer2)
+        first, second = placed if placed is not None else (layer1, layer2)
+    except Exception as exc:  # noqa: BLE001
+        emit("mp", stage="place", exception=describe_exception(exc, cwd))
+        return
+    devices = [sorted({str(p.device) for p in layer.parameters()}) for layer in (first, second)]
+    seen: dict[str, str] = {}
+
+    def note_input(label: str):
+        def hook(module: nn.Module, args: tuple) -> None:  # must return None: a value would replace the input
+            seen.setdefault(label, str(args[0].device))
+
+        return hook
+
+    for label, layer in (("layer1", first), ("layer2", second)):
+        layer.register_forward_pre_hook(note_input(label))
+    try:
+        output = namespace["model_parallel_forward"](first, second, x.to("cuda:0"))
+        emit("mp", stage="forward", devices=devices, inputs=seen, output_device=str(output.device), output_shape=list(output.shape), output=values(output))
+    except Exception as exc:  # noqa: BLE001
+        emit("mp", stage="forward", devices=devices, inputs=seen, exception=describe_exception(exc, cwd))
+
+
+def main(emit: Emit, argv: list[str] | None = None) -> None:
+    """Run the graded cells, then the exercises, with the grader's arguments (--name=value)."""
+    args = dict(a.removeprefix("--").split("=", 1) for a in (argv if argv is not None else sys.argv[1:]) if "=" in a)
+    seed = int(args["seed"])
+    dims = (int(args["in_features"]), int(args["hidden"]), int(args["out_features"]))
+    with open(CELLS_FILE, encoding="utf-8") as handle:
+        notebook = json.load(handle)
+    namespace = run_cells(notebook["cells"], notebook["name"], emit)
+    exercise_dp(namespace, seed, dims, emit)
+    exercise_mp(namespace, seed, int(args["mp_batch"]), dims, emit)
+    emit("answers", values={name: describe(namespace.get(name)) for name in ANSWERS if name in namespace})

@@ -1,0 +1,213 @@
+"""What `torch.cuda` answers on a machine of N virtual GPUs.
+
+Availability and counts, the current device (per thread, as in CUDA), device contexts,
+properties, timing events (wall clock), streams (accepted, no overlap), memory statistics
+(bytes of the storages on each virtual device), random-number state (the CPU generator's:
+random tensors made "on" a virtual GPU come from the CPU generator, so their values differ
+from a real GPU's).
+"""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from grader.probe.vgpu import CPU, VirtualCuda
+
+TOTAL_MEMORY = 80 * 1024**3  # what the virtual devices claim to have (an H100's 80 GiB)
+BLOCK = 2 * 1024**2  # CUDA's caching allocator reserves memory in blocks of about this size
+
+
+class VirtualEvent:
+    """torch.cuda.Event: record() notes the wall-clock time."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, external: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._time: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self._time = time.perf_counter()
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        return None
+
+    def elapsed_time(self, end_event: "VirtualEvent") -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self._time is None or end_event._time is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event._time - self._time) * 1000.0
+
+
+def make_api(v: VirtualCuda) -> dict[str, Any]:
+    """Replacements for names of torch.cuda (and torch.cuda.memory), bound to `v`."""
+
+    def index(device: Any = None) -> int:
+        if device is None:
+            return v.current
+        if isinstance(device, torch.device) and device.type == "cuda" and device.index is None:
+            return v.current
+        found = v.index_of(device)
+        if found is None or found == CPU:
+            raise ValueError(f"Expected a cuda device, but got: {device}")
+        return found
+
+    class VirtualStream:
+        """torch.cuda.Stream: accepted everywhere, never overlaps anything."""
+
+        def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+            self.device = torch.device("cuda", index(device))
+            self.priority = priority
+            self.device_index = self.device.index
+            self.cuda_stream = 0
+
+        def wait_stream(self, stream: Any) -> None:
+            return None
+
+        def wait_event(self, event: Any) -> None:
+            return None
+
+        def record_event(self, event: VirtualEvent | None = None) -> VirtualEvent:
+            event = event or VirtualEvent()
+            event.record()
+            return event
+
+        def query(self) -> bool:
+            return True
+
+        def synchronize(self) -> None:
+            return None
+
+        def __enter__(self) -> "VirtualStream":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    class DeviceContext:
+        """torch.cuda.device(k): makes cuda:k current inside the block."""
+
+        def __init__(self, device: Any) -> None:
+            self.idx = -1 if device is None or (isinstance(device, int) and device < 0) else index(device)
+            self.prev_idx = -1
+
+        def __enter__(self) -> None:
+            self.prev_idx = v.current
+            if self.idx >= 0:
+                v.set_current(self.idx)
+
+        def __exit__(self, *exc: object) -> bool:
+            if self.idx >= 0:
+                v.set_current(self.prev_idx)
+            return False
+
+    def device_of(obj: torch.Tensor) -> DeviceContext:
+        return DeviceContext(obj.get_device() if obj.is_cuda else -1)
+
+    def properties(device: Any = None) -> SimpleNamespace:
+        k = index(device)
+        return SimpleNamespace(
+            name=f"Virtual GPU {k} (grader, CPU-backed)",
+            major=9,
+            minor=0,
+            total_memory=TOTAL_MEMORY,
+            multi_processor_count=132,
+            is_integrated=0,
+            is_multi_gpu_board=0,
+            uuid=f"virtual-{k}",
+            L2_cache_size=50 * 1024**2,
+        )
+
+    def allocated(device: Any = None) -> int:
+        return v.memory[index(device)].allocated
+
+    def peak(device: Any = None) -> int:
+        return v.memory[index(device)].peak
+
+    def reserved(device: Any = None) -> int:
+        return -(-allocated(device) // BLOCK) * BLOCK
+
+    def peak_reserved(device: Any = None) -> int:
+        return -(-peak(device) // BLOCK) * BLOCK
+
+    def reset_peak(device: Any = None) -> None:
+        v.reset_peak(index(device))
+
+    def stats(device: Any = None) -> dict[str, int]:
+        return {
+            "allocated_bytes.all.current": allocated(device),
+            "allocated_bytes.all.peak": peak(device),
+            "reserved_bytes.all.current": reserved(device),
+            "reserved_bytes.all.peak": peak_reserved(device),
+            "active_bytes.all.current": allocated(device),
+            "active_bytes.all.peak": peak(device),
+        }
+
+    def summary(device: Any = None, abbreviated: bool = False) -> str:
+        k = index(device)
+        return f"virtual cuda:{k}: {allocated(k)} bytes allocated, peak {peak(k)} bytes (memory of a CPU-backed virtual GPU)"
+
+    def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    def set_device(device: Any) -> None:
+        k = device if isinstance(device, int) else index(device)
+        if k >= 0:
+            v.set_current(k)
+
+    return {
+        "is_available": lambda: True,
+        "device_count": lambda: v.count,
+        "current_device": lambda: v.current,
+        "set_device": set_device,
+        "is_initialized": lambda: False,  # so torch queues its CUDA-generator seeding, never runs it
+        "init": nothing,
+        "_lazy_init": nothing,
+        "synchronize": nothing,
+        "ipc_collect": nothing,
+        "empty_cache": nothing,
+        "get_device_name": lambda device=None: properties(device).name,
+        "get_device_properties": properties,
+        "get_device_capability": lambda device=None: (9, 0),
+        "get_arch_list": lambda: ["sm_90"],
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "device": DeviceContext,
+        "device_of": device_of,
+        "Event": VirtualEvent,
+        "Stream": VirtualStream,
+        "current_stream": lambda device=None: VirtualStream(device),
+        "default_stream": lambda device=None: VirtualStream(device),
+        "set_stream": nothing,
+        "stream": lambda stream=None: VirtualStream() if stream is None else stream,
+        "memory_allocated": allocated,
+        "max_memory_allocated": peak,
+        "memory_reserved": reserved,
+        "max_memory_reserved": peak_reserved,
+        "memory_cached": reserved,
+        "max_memory_cached": peak_reserved,
+        "reset_peak_memory_stats": reset_peak,
+        "reset_max_memory_allocated": reset_peak,
+        "reset_max_memory_cached": reset_peak,
+        "reset_accumulated_memory_stats": nothing,
+        "memory_stats": stats,
+        "memory_summary": summary,
+        "mem_get_info": lambda device=None: (TOTAL_MEMORY - allocated(device), TOTAL_MEMORY),
+        "set_per_process_memory_fraction": nothing,
+        "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+        "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
+        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(v.count)],
+        "set_rng_state_all": lambda states: torch.set_rng_state(states[0]),
+        "initial_seed": torch.initial_seed,
+        "manual_seed": nothing,  # virtual devices draw from the CPU generator
+        "manual_seed_all": nothing,
+        "seed": nothing,
+        "seed_all": nothing,
+    }

@@ -1,0 +1,208 @@
+"""Small programs whose behaviour on real CUDA GPUs is known, for comparing virtual GPUs with
+real ones. Standalone: it imports only torch, so it runs unchanged
+
+    on N virtual GPUs:   python -m grader run --virtual-gpus N -- python tests/fidelity/cases.py
+    on a real GPU node:  python tests/fidelity/cases.py
+
+It prints one JSON object per case: {"case", "needs" (GPUs), and "value" or "error"}. A case
+that needs more GPUs than are visible prints {"case", "skipped"}. The expected observations,
+from PyTorch's sources and measurements (shared/notes/facts.md), are in test_fidelity.py.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from torch import nn
+
+CASES = []
+
+
+def case(needs: int):
+    def register(function):
+        CASES.append((function.__name__, needs, function))
+        return function
+
+    return register
+
+
+def first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+
+
+def replica_rows(batch: int, gpus: int) -> list[list]:
+    """(device, rows) of each replica's forward when DataParallel splits `batch` rows."""
+    seen = []
+    model = nn.Linear(4, 3).to("cuda:0")
+    model.register_forward_pre_hook(lambda module, args: seen.append([str(args[0].device), args[0].shape[0]]))
+    out = nn.DataParallel(model, device_ids=list(range(gpus)))(torch.randn(batch, 4, device="cuda:0"))
+    seen.append(["output", str(out.device), list(out.shape)])
+    return seen
+
+
+@case(needs=2)
+def dataparallel_64_over_2():
+    return replica_rows(64, 2)
+
+
+@case(needs=3)
+def dataparallel_64_over_3():
+    return replica_rows(64, 3)
+
+
+@case(needs=5)
+def dataparallel_64_over_5():
+    return replica_rows(64, 5)
+
+
+@case(needs=4)
+def dataparallel_6_over_4_uses_3():
+    return replica_rows(6, 4)
+
+
+@case(needs=4)
+def dataparallel_10_over_4():
+    return replica_rows(10, 4)
+
+
+@case(needs=2)
+def dataparallel_1_over_2():
+    return replica_rows(1, 2)
+
+
+@case(needs=2)
+def dataparallel_matches_one_device():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to("cuda:0")
+    x = torch.randn(10, 8, device="cuda:0")
+    single = model(x)
+    single.sum().backward()
+    grad = model[0].weight.grad.clone()
+    model.zero_grad()
+    parallel = nn.DataParallel(model, device_ids=[0, 1])(x)
+    parallel.sum().backward()
+    return [bool(torch.allclose(single, parallel, atol=1e-5)), bool(torch.allclose(grad, model[0].weight.grad, atol=1e-5)), str(model[0].weight.grad.device)]
+
+
+@case(needs=2)
+def dataparallel_needs_the_model_on_device_0():
+    nn.DataParallel(nn.Linear(2, 2), device_ids=[0, 1])(torch.randn(4, 2, device="cuda:0"))
+
+
+@case(needs=2)
+def mixing_two_gpus():
+    torch.ones(3, device="cuda:0") + torch.ones(3, device="cuda:1")
+
+
+@case(needs=1)
+def linear_on_gpu_input_on_cpu():
+    nn.Linear(2, 2).to("cuda:0")(torch.randn(3, 2))
+
+
+@case(needs=1)
+def cpu_scalar_with_gpu_tensor():
+    out = torch.tensor(2.0) * torch.ones(3, device="cuda:0")
+    return str(out.device)
+
+
+@case(needs=1)
+def device_ordinal_out_of_range():
+    torch.zeros(1).to(f"cuda:{torch.cuda.device_count()}")
+
+
+@case(needs=1)
+def set_device_out_of_range():
+    torch.cuda.set_device(torch.cuda.device_count())
+
+
+@case(needs=1)
+def numpy_of_a_gpu_tensor():
+    torch.ones(2, device="cuda:0").numpy()
+
+
+@case(needs=2)
+def placement_and_current_device():
+    x = torch.randn(2, 3)
+    y = x.to("cuda:1")
+    z = x.cuda()
+    layer = nn.Linear(3, 1).to("cuda:1")
+    torch.cuda.set_device(1)
+    current = torch.zeros(1, device="cuda")
+    with torch.cuda.device(0):
+        inside = torch.cuda.current_device()
+    torch.cuda.set_device(0)
+    return {
+        "x": str(x.device),
+        "y": [str(y.device), y.is_cuda, y.get_device()],
+        "z": str(z.device),
+        "params": sorted({str(p.device) for p in layer.parameters()}),
+        "output": str(layer(y).device),
+        "current": [str(current.device), inside],
+        "back": [str(y.cpu().device), y.cpu().get_device()],
+        "repr": "device='cuda:1'" in repr(y),
+    }
+
+
+@case(needs=2)
+def model_parallel_needs_the_move():
+    layer1, layer2 = nn.Linear(4, 8).to("cuda:0"), nn.Linear(8, 2).to("cuda:1")
+    hidden = layer1(torch.randn(5, 4, device="cuda:0"))
+    moved = layer2(hidden.to("cuda:1"))
+    try:
+        layer2(hidden)
+        unmoved = "no error"
+    except RuntimeError as exc:
+        unmoved = "same-device error" if first_line(exc).startswith("Expected all tensors to be on the same device") else first_line(exc)
+    return [str(moved.device), list(moved.shape), unmoved]
+
+
+@case(needs=2)
+def memory_statistics():
+    torch.cuda.reset_peak_memory_stats(0)
+    before = torch.cuda.memory_allocated(0)
+    block = torch.empty(1 << 20, dtype=torch.uint8, device="cuda:0")
+    during = torch.cuda.memory_allocated(0)
+    del block
+    after = torch.cuda.memory_allocated(0)
+    return [during - before >= 1 << 20, after <= before + 4096, torch.cuda.max_memory_allocated(0) >= during, torch.cuda.memory_allocated(1) < 1 << 20]
+
+
+@case(needs=2)
+def gpu0_carries_more_under_dataparallel():
+    for device in range(2):
+        torch.cuda.reset_peak_memory_stats(device)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)).to("cuda:0")
+    out = nn.DataParallel(model, device_ids=[0, 1])(torch.randn(256, 256, device="cuda:0"))
+    out.sum().backward()
+    return torch.cuda.max_memory_allocated(0) > torch.cuda.max_memory_allocated(1)
+
+
+@case(needs=1)
+def timing_events():
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.ones(100, 100, device="cuda:0").matmul(torch.ones(100, 100, device="cuda:0"))
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) >= 0
+
+
+def main() -> None:
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    wanted = set(sys.argv[1:])
+    for name, needs, function in CASES:
+        if wanted and name not in wanted:
+            continue
+        if needs > visible:
+            print(json.dumps({"case": name, "skipped": f"needs {needs} GPUs, {visible} visible"}))
+            continue
+        try:
+            record = {"case": name, "needs": needs, "value": function()}
+        except Exception as exc:  # noqa: BLE001 - the error IS the observation
+            record = {"case": name, "needs": needs, "error": type(exc).__name__, "message": first_line(exc)}
+        print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Buggy versions of the p5 reference solution and the checks each must lose."""
+from __future__ import annotations
+
+from variants import Variant
+
+DP = "p5_dp.py"
+ANSWERS = "answers.yaml"
+ALL_CHECKS = ("split_table", "replica_shapes", "dp_wrapped", "shape_log", "timing_table")
+LOG = '        print(f"Inside model on device {x.device}, shape: {tuple(x.shape)}", flush=True)\n'
+
+VARIANTS = (
+    Variant(
+        "dataparallel_not_applied",
+        ((DP, "    model = nn.DataParallel(model)  # all visible GPUs\n", "    pass  # never wrapped\n"),),
+        frozenset({"replica_shapes", "dp_wrapped"}),
+        {
+            "replica_shapes": "expected rows 32, 32 on cuda:0, cuda:1 (batch 64 over 2 GPUs), but the model ran unwrapped: rows 64 on cuda:0 — is it wrapped in nn.DataParallel?",
+            "dp_wrapped": "the model ran as a plain Net on one device with 2 GPUs visible",
+        },
+    ),
+    Variant(
+        "shape_log_missing",
+        ((DP, LOG, ""),),
+        frozenset({"shape_log"}),
+        {"shape_log": "no line naming the device and the rows from inside forward for cuda:0 (22 rows): nothing printed"},
+    ),
+    Variant(
+        "shape_log_without_the_device",
+        ((DP, LOG, '        print(f"got a batch of {x.shape[0]} rows", flush=True)\n'),),
+        frozenset({"shape_log"}),
+        {"shape_log": "cuda:0 (22 rows): printed 'got a batch of 22 rows'"},
+    ),
+    Variant(
+        "model_left_on_the_cpu",
+        ((DP, "model = model.to(device)\n", ""),),
+        frozenset({"replica_shapes", "dp_wrapped", "shape_log"}),
+        {
+            "dp_wrapped": "the model's parameters are on cpu, expected cuda:0",
+            "replica_shapes": "raised RuntimeError: module must have its parameters and buffers on device cuda:0 (device_ids[0]) but found one of them on device: cpu",
+        },
+    ),
+    Variant(
+        "wrong_split_table",
+        ((ANSWERS, "  3: [22, 22, 20]", "  3: [21, 21, 22]"),),
+        frozenset({"split_table"}),
+        {"split_table": "3 GPUs: [21, 21, 22] is not how a batch of 64 is split"},
+    ),
+    Variant(
+        "speedup_not_from_own_times",
+        ((ANSWERS, "  speedup: 0.75", "  speedup: 1.9"),),
+        frozenset({"timing_table"}),
+        {"timing_table": "speedup 1.9 does not match your own times: 0.41 / 0.55 = 0.745"},
+    ),
+    Variant(
+        "answers_not_yaml",
+        ((ANSWERS, "  5: [13, 13, 13, 13, 12]", "  5: [13, 13, 13, 13, 12\n  oops: {"),),
+        frozenset({"split_table", "timing_table"}),
+        {"split_table": "answers.yaml is not valid YAML (line"},
+    ),
+)

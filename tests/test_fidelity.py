@@ -1,0 +1,84 @@
+"""Virtual GPUs against what real CUDA does: the programs of fidelity/cases.py must give the
+observations and errors known from PyTorch's sources and from measurements on GPUs
+(shared/notes/facts.md). The same expectations are checked on a real GPU when there is one."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+CASES = Path(__file__).parent / "fidelity" / "cases.py"
+SAME_DEVICE = "Expected all tensors to be on the same device"
+
+# case -> the observation ("value") or the error type and how its message starts
+EXPECTED: dict[str, dict] = {
+    # DataParallel scatters with torch.chunk: ceil(B/n) rows, the last smaller, maybe fewer chunks
+    "dataparallel_64_over_2": {"value": [["cuda:0", 32], ["cuda:1", 32], ["output", "cuda:0", [64, 3]]]},
+    "dataparallel_64_over_3": {"value": [["cuda:0", 22], ["cuda:1", 22], ["cuda:2", 20], ["output", "cuda:0", [64, 3]]]},
+    "dataparallel_64_over_5": {"value": [["cuda:0", 13], ["cuda:1", 13], ["cuda:2", 13], ["cuda:3", 13], ["cuda:4", 12], ["output", "cuda:0", [64, 3]]]},
+    "dataparallel_6_over_4_uses_3": {"value": [["cuda:0", 2], ["cuda:1", 2], ["cuda:2", 2], ["output", "cuda:0", [6, 3]]]},
+    "dataparallel_10_over_4": {"value": [["cuda:0", 3], ["cuda:1", 3], ["cuda:2", 3], ["cuda:3", 1], ["output", "cuda:0", [10, 3]]]},
+    "dataparallel_1_over_2": {"value": [["cuda:0", 1], ["output", "cuda:0", [1, 3]]]},
+    "dataparallel_matches_one_device": {"value": [True, True, "cuda:0"]},
+    "dataparallel_needs_the_model_on_device_0": {"error": "RuntimeError", "message": "module must have its parameters and buffers on device cuda:0 (device_ids[0]) but found one of them on device: cpu"},
+    "mixing_two_gpus": {"error": "RuntimeError", "message": SAME_DEVICE},
+    "linear_on_gpu_input_on_cpu": {"error": "RuntimeError", "message": SAME_DEVICE},
+    "cpu_scalar_with_gpu_tensor": {"value": "cuda:0"},
+    "device_ordinal_out_of_range": {"error": "RuntimeError", "message": "CUDA error: invalid device ordinal"},
+    "set_device_out_of_range": {"error": "RuntimeError", "message": "CUDA error: invalid device ordinal"},
+    "numpy_of_a_gpu_tensor": {"error": "TypeError", "message": "can't convert cuda:0 device type tensor to numpy"},
+    "placement_and_current_device": {
+        "value": {
+            "x": "cpu",
+            "y": ["cuda:1", True, 1],
+            "z": "cuda:0",
+            "params": ["cuda:1"],
+            "output": "cuda:1",
+            "current": ["cuda:1", 0],
+            "back": ["cpu", -1],
+            "repr": True,
+        }
+    },
+    "model_parallel_needs_the_move": {"value": ["cuda:1", [5, 2], "same-device error"]},
+    "memory_statistics": {"value": [True, True, True, True]},
+    "gpu0_carries_more_under_dataparallel": {"value": True},
+    "timing_events": {"value": True},
+}
+
+
+def observations(command: list[str]) -> dict[str, dict]:
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return {record["case"]: record for record in map(json.loads, done.stdout.splitlines())}
+
+
+def matches(record: dict, expected: dict) -> bool:
+    if "value" in expected:
+        return record.get("value") == expected["value"]
+    return record.get("error") == expected["error"] and record.get("message", "").startswith(expected["message"])
+
+
+def compare(found: dict[str, dict]) -> list[str]:
+    return [f"{name}: expected {want}, observed {found[name]}" for name, want in EXPECTED.items() if "skipped" not in found[name] and not matches(found[name], want)]
+
+
+def test_every_case_has_an_expectation() -> None:
+    found = observations([sys.executable, str(CASES)])
+    assert set(found) == set(EXPECTED)
+
+
+def test_virtual_gpus_behave_like_cuda() -> None:
+    found = observations([sys.executable, "-m", "grader", "run", "--virtual-gpus", "5", "--", sys.executable, str(CASES)])
+    assert not [name for name, record in found.items() if "skipped" in record]
+    assert compare(found) == []
+
+
+@pytest.mark.gpu
+def test_real_gpus_behave_as_expected() -> None:
+    found = observations([sys.executable, str(CASES)])
+    assert compare(found) == []
