@@ -45,6 +45,7 @@ EXPECTED: dict[str, dict] = {
         }
     },
     "model_parallel_needs_the_move": {"value": ["cuda:1", [5, 2], "same-device error"]},
+    "optimizer_over_two_devices": {"value": [["cuda:0", "cuda:1"], ["cuda:0", "cuda:1"]]},
     "memory_statistics": {"value": [True, True, True, True]},
     "gpu0_carries_more_under_dataparallel": {"value": True},
     "timing_events": {"value": True},

@@ -48,7 +48,7 @@ def test_a_good_spec_loads_with_defaults_filled_in(tmp_path: Path) -> None:
     first, second = spec.checks
     assert first.visibility == "visible" and first.runs == ("ws1", "2x2") and first.public
     assert second.check == "grad_sync" and second.runs == ("2x2",) and not second.public
-    assert second.options == {"rtol": 0.001, "atol": 1e-6}
+    assert second.options == {"rtol": 0.001, "atol": 1e-6, "micro_batches_argument": ""}
     assert spec.run_timeout_s == 30 and spec.total_timeout_s == 90
 
 
@@ -61,7 +61,7 @@ def test_a_good_spec_loads_with_defaults_filled_in(tmp_path: Path) -> None:
         (("visibility: hidden", "visibility: secret"), "checks[1].visibility", "one of visible, hidden, after_due_date, after_published", "'secret'"),
         (("runs: [2x2]", "runs: [ws9]"), "checks[1].runs", "a list of run names from ['ws1', '2x2'] ([] for none)", "['ws9']"),
         (("options: {rtol: 0.001}", "options: {rtol: -1}"), "checks[1].options.rtol", "a number ≥ 0.0", "-1"),
-        (("options: {rtol: 0.001}", "options: {tolerance: 1}"), "checks[1].options.tolerance", "an option of check 'grad_sync' (rtol, atol)", "<an unknown option>"),
+        (("options: {rtol: 0.001}", "options: {tolerance: 1}"), "checks[1].options.tolerance", "an option of check 'grad_sync' (rtol, atol, micro_batches_argument)", "<an unknown option>"),
         (("{name: ws1, ranks_per_node: 1}", "{name: 2x2, ranks_per_node: 1}"), "runs[1].name", "a name no other run has", "'2x2'"),
         (("ranks_per_node: 1}", "ranks_per_node: 0}"), "runs[0].ranks_per_node", "a whole number ≥ 1", "0"),
         (("{name: ws1, ranks_per_node: 1}", "{name: ws1, virtual_gpus: -2}"), "runs[0].virtual_gpus", "a whole number ≥ 0 (virtual GPUs per node)", "-2"),

@@ -231,16 +231,20 @@ def grad_sync(ctx: CheckContext) -> Verdict:
         if not diff.ok:
             factor = scale(grads[0][0], ref.grads[0])
             world = run.layout.world_size
+            pieces = int(ctx.args_of(run).get(ctx.options["micro_batches_argument"], 0) or 0) if ctx.options["micro_batches_argument"] else 0
             hint = ""
             if factor is not None and world > 1 and abs(factor - 1 / world) < 0.05 / world:
                 hint = f" — they are 1/{world} of it: averaged twice (DDP already averages; do not divide the loss or the gradients by the world size)"
             elif factor is not None and world > 1 and abs(factor - world) < 0.05 * world:
                 hint = f" — they are {world}× it: summed instead of averaged"
+            elif pieces > 1 and factor is not None and abs(factor - pieces) < 0.1 * pieces:
+                hint = f" — they are about {pieces}× it: each micro-batch's loss must be divided so that the {pieces} micro-batches add up to one mean"
+            elif pieces > 1 and factor is not None and abs(factor - 1) < 0.1:
+                hint = " — close but not equal: with micro-batches of unequal size a mean per micro-batch divided by their number is not the mean over the samples; sum the loss and divide by the rank's sample count"
             return False, f"gradients are the same on every rank but not the full-batch gradient ({diff.describe()}){hint}; {calls}"
         return True, f"identical on all ranks, equal to the full-batch gradient; {calls}"
 
-    verdict = per_run(ctx, judge, "gradients are synchronised and equal to single-process training")
-    return Verdict(verdict.passed, verdict.summary, verdict.details, data={"allreduce_per_step": patterns})
+    return per_run(ctx, judge, "gradients are synchronised and equal to single-process training", {"allreduce_per_step": patterns})
 
 
 def params_sync(ctx: CheckContext) -> Verdict:
@@ -306,7 +310,7 @@ CHECKS = MappingProxyType({
         CheckDef("rank_setup", rank_setup, rank_setup.__doc__ or "", VARIABLES),
         CheckDef("device_mapping", device_mapping, device_mapping.__doc__ or ""),
         CheckDef("batch_shard", batch_shard, batch_shard.__doc__ or "", {"batch_argument": OptionDef(str, "batch_size")}),
-        CheckDef("grad_sync", grad_sync, grad_sync.__doc__ or "", TOLERANCES),
+        CheckDef("grad_sync", grad_sync, grad_sync.__doc__ or "", {**TOLERANCES, "micro_batches_argument": OptionDef(str, "", help="the argument that sets micro-batches, if any")}),
         CheckDef("params_sync", params_sync, params_sync.__doc__ or "", {**TOLERANCES, "steps_argument": OptionDef(str, "steps")}),
         CheckDef("clean_exit", clean_exit, clean_exit.__doc__ or ""),
     )

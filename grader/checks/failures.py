@@ -60,10 +60,17 @@ def is_consequence(exc: dict) -> bool:
     return bool(_CONSEQUENCE.search(f"{exc.get('type', '')}: {exc.get('message', '')}"))
 
 
+HINTS = {
+    "Expected all tensors to be on the same device": "a tensor must be on the device of the layer or tensor it meets: move it with .to(device)",
+    "CUDA error: invalid device ordinal": "there is no GPU with that number on this node",
+}
+
+
 def describe_exception(exc: dict) -> str:
     message = (exc.get("message") or "").strip().splitlines()
     first = message[0][:300] if message else ""
-    return f"{exc.get('type', 'Exception')}: {first}{_where(exc)}"
+    hint = next((f" — {text}" for prefix, text in HINTS.items() if first.startswith(prefix)), "")
+    return f"{exc.get('type', 'Exception')}: {first}{_where(exc)}{hint}"
 
 
 def _signal_name(number: int) -> str:

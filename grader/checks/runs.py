@@ -7,29 +7,33 @@ from grader.checks import failures
 from grader.checks.base import CheckContext, Verdict
 from grader.run.job import JobResult
 
-RunJudge = Callable[[JobResult], tuple[bool, str]]
+RunJudge = Callable[[JobResult], "tuple[bool, str] | tuple[bool, str, float]"]
 
 
 def run_label(run: JobResult) -> str:
     return f"{run.spec.name} ({run.spec.describe()})"
 
 
-def per_run(ctx: CheckContext, judge: RunJudge, passed_summary: str) -> Verdict:
-    """Judge every run; the check passes when every run does."""
+def per_run(ctx: CheckContext, judge: RunJudge, passed_summary: str, data: dict | None = None) -> Verdict:
+    """Judge every run; the check passes when every run does. A judge may return a third
+    value, the share of the points a failed run still earns; the check earns the smallest."""
     if not ctx.runs:
         return Verdict(False, "no run of the submission was available to this check")
-    lines, failed = [], []
+    lines, failed, fraction = [], [], 1.0
     for run in ctx.runs:
-        ok, line = judge(run) if run.ranks else (False, failures.explain(run) or "the run produced no ranks")
+        outcome = judge(run) if run.ranks else (False, failures.explain(run) or "the run produced no ranks")
+        ok, line = outcome[0], outcome[1]
+        fraction = min(fraction, 1.0 if ok else (outcome[2] if len(outcome) > 2 else 0.0))
         lines.append(f"{'✓' if ok else '✗'} {run_label(run)}: {line}")
         if not ok:
             failed.append(f"{run_label(run)}: {line}")
+    data = data or {}
     if failed:
         reasons = {line.split(": ", 1)[1] for line in failed}
         if len(failed) == len(ctx.runs) > 1 and len(reasons) == 1:
-            return Verdict(False, f"{reasons.pop()} — in every run", ())
-        return Verdict(False, failed[0], tuple(lines))
-    return Verdict(True, passed_summary, tuple(lines))
+            return Verdict(False, f"{reasons.pop()} — in every run", (), fraction=fraction, data=data)
+        return Verdict(False, failed[0], tuple(lines), fraction=fraction, data=data)
+    return Verdict(True, passed_summary, tuple(lines), data=data)
 
 
 def missing(run: JobResult, what: str) -> tuple[bool, str]:

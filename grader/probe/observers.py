@@ -14,6 +14,8 @@ What is recorded, and how (all through public torch hooks where torch has one):
                             `detail_steps` steps also the nested calls (DataParallel replicas,
                             pipeline stages, layers) with their depth, name and parameter devices.
     forward_output       -- text the script printed while a module's forward was running.
+    backward             -- each backward pass (a wrapper around torch.autograd.backward, which
+                            Tensor.backward calls); DDP's all-reduces of a pass follow it.
     opt_grads / params   -- global optimizer step hooks: gradients before and parameters after
                             each optimizer step (after a CUDA synchronize, so the event's time
                             is the step's end); the step counter every other event carries.
@@ -115,6 +117,13 @@ class Probe:
 
         DistributedDataParallel.__init__ = ddp_init
         DistributedDataParallel.register_comm_hook = register_comm_hook
+        self._originals["backward"] = torch.autograd.backward
+
+        def backward(*args, **kwargs):  # Tensor.backward() calls torch.autograd.backward
+            probe.rec.emit("backward", step=probe.step)
+            return probe._originals["backward"](*args, **kwargs)
+
+        torch.autograd.backward = backward
         nn_module.register_module_forward_pre_hook(self._forward_pre)
         nn_module.register_module_forward_hook(self._forward_post, always_call=True)
         optim_module.register_optimizer_step_pre_hook(self._step_pre)

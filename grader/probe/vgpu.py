@@ -195,6 +195,8 @@ class _VirtualMode(TorchFunctionMode):
         if prop is not None:
             return self._property(func, prop, args)
         name = getattr(func, "__name__", "")
+        if name.startswith("_foreach"):
+            return self._foreach(func, args, kwargs)
         special = getattr(self, f"_on_{name}", None)
         if special is not None and getattr(func, "__qualname__", "").startswith(("TensorBase.", "Tensor.")):
             return special(func, args, kwargs)
@@ -204,7 +206,7 @@ class _VirtualMode(TorchFunctionMode):
             if target is not None:
                 kwargs = {**kwargs, "device": "cpu"}
         inputs = [*_tensors(args), *_tensors(kwargs)]
-        private = name.startswith("_") and not name.startswith(("_foreach", "__"))
+        private = name.startswith("_") and not name.startswith("__")
         common = self._common(inputs, check=not private and name not in self.CROSS_DEVICE)
         result = func(*args, **kwargs)
         if target is None:
@@ -226,6 +228,19 @@ class _VirtualMode(TorchFunctionMode):
             elif tag != found and check:
                 raise mismatch_error(found, tag)
         return found
+
+    def _foreach(self, func, args, kwargs):
+        """torch._foreach_* ops work position by position: the i-th tensors of the lists must
+        share a device (the lists may span devices: the optimizers group by the real device,
+        which is the CPU for every virtual one); the i-th output gets their device."""
+        lists = [a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
+        devices = [self._common([t for t in items if isinstance(t, torch.Tensor)], check=True) for items in zip(*lists)]
+        result = func(*args, **kwargs)
+        if isinstance(result, (list, tuple)):
+            for output, device in zip(result, devices):
+                if isinstance(output, torch.Tensor) and getattr(output, TAG, None) is None:
+                    self.v.tag(output, device)
+        return result
 
     def _tag_outputs(self, result: Any, target: int | None, inputs: list[torch.Tensor]) -> Any:
         if target is None:

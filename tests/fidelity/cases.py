@@ -158,6 +158,16 @@ def model_parallel_needs_the_move():
 
 
 @case(needs=2)
+def optimizer_over_two_devices():
+    model = nn.Sequential(nn.Linear(4, 4).to("cuda:0"), nn.Linear(4, 1).to("cuda:1"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    out = model[1](model[0](torch.randn(2, 4, device="cuda:0")).to("cuda:1"))
+    out.sum().backward()
+    optimizer.step()
+    return [sorted({str(p.device) for p in model.parameters()}), sorted({str(p.grad.device) for p in model.parameters()})]
+
+
+@case(needs=2)
 def memory_statistics():
     torch.cuda.reset_peak_memory_stats(0)
     before = torch.cuda.memory_allocated(0)

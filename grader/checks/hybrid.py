@@ -1,0 +1,216 @@
+"""Checks for hybrid parallelism (p10): DDP across ranks, each rank's model in two stages on
+two devices, micro-batches with gradient accumulation.
+
+Expected values come from the launch layout and the arguments the grader chose (micro_batches,
+world size, GPUs per node); observed values from the probe: parameter devices, forward and
+backward passes, and all-reduces, in the order they happened.
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+from grader.checks import failures
+from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.checks.runs import missing, per_run
+from grader.run.job import JobResult, RankResult
+
+
+def stage_devices(rank: RankResult, stages: tuple[str, str]) -> list[list[str]]:
+    """The devices of each stage's parameters (names `stage.…`), from the model event."""
+    model = rank.first("model")
+    if not model:
+        return []
+    pairs = list(zip(model.get("names", []), model.get("devices", [])))
+    return [sorted({device for name, device in pairs if name.split(".")[0] == stage}) for stage in stages]
+
+
+def expected_stages(rank: RankResult, run: JobResult, gpus: int) -> list[str]:
+    if not gpus:
+        return ["cpu", "cpu"]
+    per_node = run.layout.ranks_per_node
+    return [f"cuda:{rank.local_rank}", f"cuda:{rank.local_rank + per_node}"]
+
+
+def _stages(ctx: CheckContext) -> tuple[str, str]:
+    return ctx.options["stage1"], ctx.options["stage2"]
+
+
+def stage_placement(ctx: CheckContext) -> Verdict:
+    """Each rank's stage 1 sits on cuda:LOCAL_RANK and stage 2 on cuda:LOCAL_RANK + ranks per
+    node (the CPU without GPUs), and no GPU of a node is used by two ranks."""
+    stages = _stages(ctx)
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        if not any(r.first("model") for r in run.ranks):
+            return missing(run, "the model")
+        gpus = ctx.gpus_of(run)
+        problems, owners = [], {}
+        for rank in run.ranks:
+            found = stage_devices(rank, stages)
+            if not found:
+                problems.append(f"rank {rank.rank}: no model seen ({failures.rank_end(rank) or 'not built'})")
+                continue
+            if not all(found):
+                problems.append(f"rank {rank.rank}: no parameters named {stages[0]}.… or {stages[1]}.… (keep the template's stage names)")
+                continue
+            want = expected_stages(rank, run, gpus)
+            for label, devices, expected in zip(("stage 1", "stage 2"), found, want):
+                if devices != [expected]:
+                    problems.append(f"rank {rank.rank} (local rank {rank.local_rank}): {label} on {', '.join(devices)}, expected {expected}")
+            if gpus and found[0] == found[1]:
+                problems.append(f"rank {rank.rank}: both stages on {found[0][0]} — model parallelism needs two devices")
+            for devices in found:
+                for device in devices:
+                    if device.startswith("cuda"):
+                        owners.setdefault((rank.node, device), set()).add(rank.rank)
+        for (node, device), ranks in sorted(owners.items()):
+            if len(ranks) > 1:
+                problems.append(f"ranks {', '.join(map(str, sorted(ranks)))} share {device} on node {node}")
+        if problems:
+            return False, "; ".join(problems[:3])
+        return True, ", ".join(f"rank {r.rank}→{'+'.join(expected_stages(r, run, gpus))}" for r in run.ranks)
+
+    return per_run(ctx, judge, "every rank's two stages are on its own two devices")
+
+
+def micro_batches(ctx: CheckContext, run: JobResult) -> int:
+    return int(ctx.args_of(run)[ctx.options["micro_batches_argument"]])
+
+
+def passes(rank: RankResult) -> dict[int, tuple[int, int]]:
+    """Forward (outermost model calls) and backward passes in each optimizer step."""
+    counts: dict[int, list[int]] = {}
+    for event in rank.of_kind("forward"):
+        if event.get("depth") == 0 and event.get("has_params"):
+            counts.setdefault(event.get("step", 0), [0, 0])[0] += 1
+    for event in rank.of_kind("backward"):
+        counts.setdefault(event.get("step", 0), [0, 0])[1] += 1
+    return {step: (f, b) for step, (f, b) in counts.items()}
+
+
+def passes_per_step(ctx: CheckContext) -> Verdict:
+    """Every rank runs MICRO_BATCHES forward and backward passes per optimizer step."""
+
+    def judge(run: JobResult) -> tuple[bool, str]:
+        want = micro_batches(ctx, run)
+        steps = int(ctx.args_of(run)[ctx.options["steps_argument"]])
+        if not any(r.of_kind("opt_grads") for r in run.ranks):
+            return missing(run, "an optimizer step")
+        for rank in run.ranks:
+            taken = len(rank.of_kind("opt_grads"))
+            if taken > steps:
+                return False, f"rank {rank.rank} took {taken} optimizer steps for {steps} training steps — is optimizer.step() inside the micro-batch loop? (accumulate, then step once)"
+            for step, (forwards, backwards) in sorted(passes(rank).items()):
+                if step >= taken:
+                    continue  # after the last optimizer step
+                if (forwards, backwards) != (want, want):
+                    return False, f"rank {rank.rank}, step {step}: {forwards} forward and {backwards} backward passes, expected {want} each (micro_batches {want})"
+            if taken < steps:
+                return False, f"rank {rank.rank} took {taken} of {steps} optimizer steps ({failures.rank_end(rank) or failures.explain(run) or 'stopped early'})"
+        return True, f"{want} forward and {want} backward passes per step on every rank"
+
+    return per_run(ctx, judge, "every rank runs one forward and one backward pass per micro-batch")
+
+
+def allreduce_per_micro_batch(rank: RankResult, step: int) -> list[int]:
+    """All-reduces that followed each backward pass of `step`, in order."""
+    counts: list[int] = []
+    for event in rank.events:
+        if event.get("step") != step:
+            continue
+        if event.get("kind") == "backward":
+            counts.append(0)
+        elif event.get("kind") == "allreduce" and counts:
+            counts[-1] += 1
+    return counts
+
+
+def sync_pattern(ctx: CheckContext) -> Verdict:
+    """Gradients are all-reduced once per step, in the last micro-batch's backward (no_sync on
+    the others). Syncing every micro-batch gives the right result but wastes M-1 all-reduces:
+    it earns `every_micro_batch_credit` of the points."""
+    credit = ctx.options["every_micro_batch_credit"]
+    patterns: dict[str, list[int]] = {}
+
+    def judge(run: JobResult) -> tuple[bool, str, float]:
+        pattern = allreduce_per_micro_batch(run.ranks[0], 0)
+        patterns[run.spec.name] = pattern
+        want = micro_batches(ctx, run)
+        if not pattern:
+            return False, failures.explain(run) or "no backward pass was observed", 0.0
+        if run.layout.world_size == 1 and not any(pattern):
+            return True, f"one rank, nothing to synchronise: {pattern}", 1.0
+        if all(c == 0 for c in pattern[:-1]) and pattern[-1] > 0:
+            return True, f"all-reduce only in the last micro-batch: {pattern}", 1.0
+        if all(c > 0 for c in pattern):
+            wasted = f"{len(pattern) - 1} of {len(pattern)} all-reduces per step are wasted"
+            return False, f"all-reduce in every micro-batch {pattern}: the gradients are right, but {wasted} — wrap all but the last micro-batch in model.no_sync()", credit
+        if not pattern[-1]:
+            return False, f"no all-reduce in the last micro-batch {pattern}: the ranks' gradients are never averaged at the end of the step", 0.0
+        return False, f"all-reduces per micro-batch {pattern}, expected {[0] * (want - 1) + [1]}", 0.0
+
+    return per_run(ctx, judge, "one all-reduce per step, in the last micro-batch", {"allreduce_per_micro_batch": patterns})
+
+
+def _gpu_numbers(devices: list[str]) -> list[int]:
+    return sorted(int(d.split(":")[1]) for d in devices if d.startswith("cuda:"))
+
+
+def hybrid_answers(ctx: CheckContext) -> Verdict:
+    """The answers with one right value agree with what the grader saw the program do:
+    processes, each rank's GPUs and micro-batches (in the course's setup: `processes` ranks,
+    micro_batches 4), and the passes per step for M = 2, 4, 8. Answers about a run this
+    grading did not make are left out; with none left the check is not graded here."""
+    if ctx.answers is None or ctx.answers.problem:
+        return Verdict(False, ctx.answers.problem if ctx.answers else "this practical has no answers file")
+    stages = _stages(ctx)
+    setup = [run for run in ctx.runs if run.layout.world_size == ctx.options["processes"] and micro_batches(ctx, run) == 4]
+    main = next((run for run in setup if run.spec.name == ctx.options["main_run"]), setup[0] if setup else None)
+    by_m = {micro_batches(ctx, run): run for run in reversed(ctx.runs)}
+    observed: dict[str, Any] = {}
+    for run in [main, *by_m.values()]:
+        if run is not None and not any(r.first("model") for r in run.ranks):
+            return Verdict(False, f"could not observe the program: {failures.explain(run) or 'no model was built'}")
+    if main is not None:
+        observed["part1.processes"] = main.layout.world_size
+        observed["part1.micro_batches"] = passes(main.ranks[0]).get(0, (None, None))[0]
+        for rank in main.ranks:
+            observed[f"part1.gpus.rank{rank.rank}"] = _gpu_numbers([d for devices in stage_devices(rank, stages) for d in devices])
+    for m in (2, 4, 8):
+        if m in by_m:
+            observed[f"part2.passes_per_step.m{m}"] = passes(by_m[m].ranks[0]).get(0, (None, None))[0]
+    if not observed:
+        return Verdict(False, "", deferred=f"the answers describe runs this grading did not make ({ctx.options['processes']} processes, micro_batches 2, 4, 8)")
+    wrong = []
+    for key, want in observed.items():
+        given = ctx.answers.get(key)
+        if given is None or given == [] or want is None or given != want:
+            wrong.append(f"{key}: you answered {given!r}, your program showed {want!r}")
+    right = len(observed) - len(wrong)
+    left_out = sorted({"part1.processes", "part2.passes_per_step.m2", "part2.passes_per_step.m8"} - set(observed))
+    details = (f"not compared (no such run in this grading): {', '.join(left_out)}",) if left_out else ()
+    if wrong:
+        return Verdict(False, f"{right} of {len(observed)} agree with what your program did; " + "; ".join(wrong[:3]), details, fraction=right / len(observed))
+    return Verdict(True, f"all {len(observed)} agree with what your program did", details)
+
+
+STAGES = {"stage1": OptionDef(str, "stage1"), "stage2": OptionDef(str, "stage2")}
+ARGUMENTS = {"micro_batches_argument": OptionDef(str, "micro_batches"), "steps_argument": OptionDef(str, "steps")}
+
+CHECKS = MappingProxyType(
+    {
+        check.id: check
+        for check in (
+            CheckDef("stage_placement", stage_placement, stage_placement.__doc__ or "", STAGES),
+            CheckDef("passes_per_step", passes_per_step, passes_per_step.__doc__ or "", ARGUMENTS),
+            CheckDef("sync_pattern", sync_pattern, sync_pattern.__doc__ or "", {**ARGUMENTS, "every_micro_batch_credit": OptionDef(float, 0.5, minimum=0.0, maximum=1.0)}),
+            CheckDef(
+                "hybrid_answers",
+                hybrid_answers,
+                hybrid_answers.__doc__ or "",
+                {**STAGES, **ARGUMENTS, "main_run": OptionDef(str, "main"), "processes": OptionDef(int, 2, minimum=1)},
+            ),
+        )
+    }
+)

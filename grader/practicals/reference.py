@@ -1,0 +1,60 @@
+"""The grader's own training for the data-parallel practicals (p6, p10): one process, the
+whole batch, the same model, data, loss and optimizer as the templates. Every rank of a
+submission must match it."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from grader.checks.distributed import Trajectory
+from grader.spec.model import RunDef
+
+SETTINGS = ("seed", "batch_size", "dim", "hidden", "steps", "lr")
+
+
+def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim: int, steps: int, lr: float, used: int, **_: Any) -> Trajectory:
+    """Train `build()` (made under torch.manual_seed(seed)) with SGD on the first `used`
+    samples of every global batch: x, y ~ N(0, 1) from a generator seeded with seed*1000+step,
+    mean squared error."""
+    import torch
+    from torch import nn
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+
+    def values(tensors: dict) -> dict[str, list[float]]:
+        return {name: t.detach().double().reshape(-1).tolist() for name, t in tensors.items()}
+
+    initial = values(dict(model.named_parameters()))
+    grads, params = [], []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(seed * 1000 + step)
+        x = torch.randn(batch_size, dim, generator=g)
+        y = torch.randn(batch_size, 1, generator=g)
+        loss = nn.functional.mse_loss(model(x[:used]), y[:used])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grads.append(values({n: p.grad for n, p in model.named_parameters()}))
+        optimizer.step()
+        params.append(values(dict(model.named_parameters())))
+    return Trajectory(initial=initial, grads=grads, params=params, samples=used)
+
+
+def data_parallel_references(args: Mapping[str, Any], runs: Sequence[RunDef], build: Callable[[], Any]) -> dict[str, tuple[Trajectory, ...]]:
+    """The acceptable trajectories of each run: training on the samples that world_size equal
+    shards cover (the templates drop the remainder of batch_size % world_size), and, when that
+    is fewer than the whole batch, training on the whole batch (a submission that gives every
+    rank the full batch is wrong about the split, which batch_shard reports, not about sync)."""
+    cache: dict[tuple, Trajectory] = {}
+    result = {}
+    for run in runs:
+        settings = {key: {**args, **run.args}[key] for key in SETTINGS}
+        batch, world = int(settings["batch_size"]), run.layout.world_size
+        used = world * (batch // world)
+        for samples in {used, batch}:
+            key = (tuple(settings.items()), samples)
+            if key not in cache:
+                cache[key] = sgd_trajectory(build, used=samples, **settings)
+        result[run.name] = tuple(cache[(tuple(settings.items()), s)] for s in ((used,) if used == batch else (used, batch)))
+    return result

@@ -1,0 +1,62 @@
+"""Buggy versions of the p10 reference solution and the checks each must lose."""
+from __future__ import annotations
+
+from variants import Variant
+
+SCRIPT = "p10_hybrid.py"
+ALL_CHECKS = ("stage_placement", "passes_per_step", "sync_pattern", "grad_sync", "params_sync", "clean_exit", "hybrid_answers")
+STAGE2 = 'stage2_device = torch.device(f"cuda:{local_rank + local_world_size}")'
+LOSS = "            loss = loss_fn(out, my.to(stage2_device)) / shard\n"
+MEAN = 'loss_fn = nn.MSELoss(reduction="sum")'
+SPLIT = "    pieces = list(zip(x.tensor_split(micro_batches), y.tensor_split(micro_batches)))\n"
+
+VARIANTS = (
+    Variant(
+        "both_stages_on_one_device",
+        ((SCRIPT, STAGE2, 'stage2_device = torch.device(f"cuda:{local_rank}")'),),
+        frozenset({"stage_placement", "hybrid_answers"}),
+        {"stage_placement": "rank 0 (local rank 0): stage 2 on cuda:0, expected cuda:2; rank 0: both stages on cuda:0 — model parallelism needs two devices"},
+    ),
+    Variant(
+        "optimizer_step_per_micro_batch",
+        ((SCRIPT, "            loss.backward()\n    optimizer.step()\n", "            loss.backward()\n        optimizer.step()\n"),),
+        frozenset({"passes_per_step", "sync_pattern", "grad_sync", "params_sync", "hybrid_answers"}),
+        {"passes_per_step": "rank 0 took 8 optimizer steps for 2 training steps — is optimizer.step() inside the micro-batch loop?"},
+    ),
+    Variant(
+        "sync_on_every_micro_batch",
+        ((SCRIPT, "        with model.no_sync() if ddp and not last else nullcontext():\n", "        with nullcontext():\n"),),
+        frozenset({"sync_pattern"}),
+        {"sync_pattern": "all-reduce in every micro-batch [1, 1, 1, 1]: the gradients are right, but 3 of 4 all-reduces per step are wasted"},
+    ),
+    Variant(
+        "loss_not_scaled",
+        ((SCRIPT, MEAN, "loss_fn = nn.MSELoss()"), (SCRIPT, LOSS, "            loss = loss_fn(out, my.to(stage2_device))\n")),
+        frozenset({"grad_sync", "params_sync"}),
+        {"grad_sync": "they are about 4× it: each micro-batch's loss must be divided"},
+    ),
+    Variant(
+        "mean_per_micro_batch_divided_by_their_number",
+        ((SCRIPT, MEAN, "loss_fn = nn.MSELoss()"), (SCRIPT, LOSS, "            loss = loss_fn(out, my.to(stage2_device)) / len(pieces)\n")),
+        frozenset({"grad_sync", "params_sync"}),
+        {"grad_sync": "uneven (1 node × 2 ranks, 4 virtual GPUs): gradients are the same on every rank but not the full-batch gradient"},
+    ),
+    Variant(
+        "micro_batch_count_wrong",
+        ((SCRIPT, SPLIT, "    pieces = list(zip(x.tensor_split(2), y.tensor_split(2)))\n"),),
+        frozenset({"passes_per_step", "hybrid_answers"}),
+        {"passes_per_step": "rank 0, step 0: 2 forward and 2 backward passes, expected 4 each (micro_batches 4)"},
+    ),
+    Variant(
+        "two_ranks_on_one_gpu",
+        ((SCRIPT, 'stage1_device = torch.device(f"cuda:{local_rank}")', 'stage1_device = torch.device("cuda:0")'),),
+        frozenset({"stage_placement", "hybrid_answers"}),
+        {"stage_placement": "ranks 0, 1 share cuda:0 on node 0"},
+    ),
+    Variant(
+        "activation_not_moved",
+        ((SCRIPT, "return self.stage2(activation.to(stage2_device))", "return self.stage2(activation)"),),
+        frozenset({"passes_per_step", "sync_pattern", "grad_sync", "params_sync", "clean_exit", "hybrid_answers"}),
+        {"clean_exit": "found at least two devices, cuda:0 and cuda:2! at p10_hybrid.py:"},
+    ),
+)

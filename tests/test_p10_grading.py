@@ -1,0 +1,44 @@
+"""p10 end to end: DDP over two-stage models on four virtual GPUs, micro-batches, answers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, assert_loses_exactly, checks_by_id, grade_in_process, run_cli
+from p10_variants import ALL_CHECKS, VARIANTS
+from variants import Variant
+
+pytestmark = pytest.mark.slow
+
+
+def test_reference_solution_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    results = grade_in_process("p10", ROOT / "solutions" / "p10", tmp_path / "r.json")
+    capsys.readouterr()
+    checks = checks_by_id(results)
+    assert {k for k, v in checks.items() if v["status"] == "passed"} == set(ALL_CHECKS)
+    assert results["score"] == 18
+    assert "main (1 node × 2 ranks, 4 virtual GPUs): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3" in checks["stage_placement"]["output"]
+    assert "2x2 (2 nodes × 2 ranks, 4 virtual GPUs each): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3, rank 2→cuda:0+cuda:2" in checks["stage_placement"]["output"]
+    assert checks["sync_pattern"]["extra_data"]["allreduce_per_micro_batch"] == {"main": [0, 0, 0, 1], "uneven": [0, 0, 0, 1]}
+
+
+@pytest.mark.parametrize("world_size", ["2", "1"])
+def test_full_marks_with_one_run_of_one_or_two_ranks(world_size: str, tmp_path: Path) -> None:
+    done = run_cli("grade", "p10", "solutions/p10", "--virtual-gpus", "4", "--world-size", world_size, "--results", str(tmp_path / "r.json"))
+    assert done.returncode == 0 and "Score: 18 / 18" in done.stdout, done.stdout
+
+
+def test_untouched_template_scores_zero(tmp_path: Path) -> None:
+    done = run_cli("grade", "p10", "assignments/p10", "--results", str(tmp_path / "r.json"))
+    assert done.returncode == 0 and "Score: 0 / 18" in done.stdout
+    assert "the script stops at TODO 1: pick the two stage devices of this rank" in done.stdout
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
+def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    results = grade_in_process("p10", variant.write(tmp_path / variant.name, "p10"), tmp_path / "r.json")
+    capsys.readouterr()
+    assert_loses_exactly(results, variant.loses, variant.messages)
+    if variant.name == "sync_on_every_micro_batch":
+        assert checks_by_id(results)["sync_pattern"]["score"] == 1.5  # half of 3: right result, wasted communication
