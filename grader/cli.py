@@ -27,6 +27,7 @@ from grader.results.gradescope import write_results
 from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
 from grader.run.local import LocalRunner
+from grader.run.sandbox import Limits, open_sandbox
 from grader.run.virtual_env import virtual_gpu_environment
 from grader.spec import SpecError
 
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("practical", help="practical id, e.g. p6")
     g.add_argument("submission", type=Path, help="folder with the student's files")
     g.add_argument("--results", type=Path, default=Path("results.json"), help="where to write results.json (default: ./results.json)")
+    g.add_argument("--official", action="store_true", help="refuse to grade without the sandbox (for graded submissions)")
     grading_options(g)
 
     c = commands.add_parser("check", help="self-check: the public checks on your own work")
@@ -94,13 +96,23 @@ def _course(args: argparse.Namespace) -> Course:
     return load_course(find_course_root(args.course_root))
 
 
-def _grade_folder(practical: Practical, folder: Path, options: GradeOptions, keep_work: bool) -> GradingReport:
+def _grade_folder(practical: Practical, folder: Path, options: GradeOptions, keep_work: bool, official: bool = False) -> GradingReport:
     if not folder.is_dir():
         return GradingReport.failure(practical.id, f"the submission folder {folder} does not exist")
+    official = official or practical.assignment.sandbox == "required"
+    limits = Limits(cpu_s=int((options.total_timeout_s or practical.assignment.total_timeout_s) + 60))
+    sandbox = open_sandbox(limits)
+    if isinstance(sandbox, str):
+        if official:
+            return GradingReport.failure(practical.id, f"official grading runs student code only in the sandbox, and there is none here: {sandbox}")
+        print(f"warning: no sandbox ({sandbox}); the code runs with your own rights — fine for a self-check, refused by official grading", file=sys.stderr)
+        sandbox = None
     work = Path(tempfile.mkdtemp(prefix=f"grader-{practical.id}-"))
     try:
-        return grade(practical, folder.resolve(), LocalRunner(work), options)
+        return grade(practical, folder.resolve(), LocalRunner(work, sandbox=sandbox), options)
     finally:
+        if sandbox is not None:
+            sandbox.release()
         if keep_work:
             print(f"working folder kept: {work}", file=sys.stderr)
         else:
@@ -130,7 +142,7 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
         course = _course(args)
         practical = load_practical(course, args.practical)
         folder = args.submission if not public_only else (args.dir or course.template_dir(args.practical))
-        report = _grade_folder(practical, folder, _options(args, public_only), args.keep_work)
+        report = _grade_folder(practical, folder, _options(args, public_only), args.keep_work, official=getattr(args, "official", False))
     except (CourseError, SpecError) as exc:
         report = GradingReport.failure(args.practical, str(exc), execution_time_s=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - the results file must exist even then

@@ -12,7 +12,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON="${PYTHON:-python3}"
+# The sandbox runs student code as another, unprivileged user, who must be able to read the
+# interpreter: prefer the system Python (world-readable) over one in a private home (pyenv
+# keeps it under /root, mode 0700). PYTHON=... chooses another.
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=python3
+    if /usr/bin/python3 -c 'import sys, ensurepip; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+        PYTHON=/usr/bin/python3
+    fi
+fi
 VENV="${VENV:-.venv}"
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"

@@ -105,6 +105,8 @@ def explain(run: JobResult) -> str | None:
         return f"not run: {run.skipped}"
     if run.error:
         return f"could not be run: {run.error}"
+    if run.launcher_lost:
+        return "the grader's launcher of the ranks was killed while the script ran (did the script kill its parent or every process?)"
     if run.timed_out:
         return _explain_timeout(run)
     todos = {r.rank: todo_stop(r) for r in run.ranks if todo_stop(r)}

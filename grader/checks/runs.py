@@ -38,4 +38,9 @@ def per_run(ctx: CheckContext, judge: RunJudge, passed_summary: str, data: dict 
 
 def missing(run: JobResult, what: str) -> tuple[bool, str]:
     """The line for a run where the observations a check needs are absent."""
-    return False, failures.explain(run) or f"{what} was not observed"
+    reason = failures.explain(run)
+    if reason:
+        return False, reason
+    if run.ranks and all(r.exit_code == 0 for r in run.ranks):
+        return False, f"every rank exited with status 0 before doing the work: {what} was never seen"
+    return False, f"{what} was not observed"

@@ -175,7 +175,7 @@ def grade(practical: Practical, submission: Path, runner: JobRunner, options: Gr
     staging = Path(tempfile.mkdtemp(prefix="grader-prepared-"))
     try:
         runner.start()  # warms up while this process imports torch and computes the reference
-        env = environment(args.get(assignment.seed_argument) if assignment.seed_argument else None)
+        env = {**environment(args.get(assignment.seed_argument) if assignment.seed_argument else None), "isolation": runner.isolation}
         deferred = deferred_checks(practical, checks, env["cuda_gpus"])
         runs = plan_runs(assignment, tuple(c for c in checks if c.id not in deferred), options)
         answers = load_answers(submission, assignment.answers) if assignment.answers else None

@@ -26,6 +26,7 @@ import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 
 
 def _say(message: dict) -> None:
@@ -39,13 +40,16 @@ def _status(raw: int) -> str:
     return f"exit:{os.WEXITSTATUS(raw)}"
 
 
-def become_subreaper() -> bool:
-    """Adopt orphaned descendants (Linux); False where the kernel has no such option."""
+def _prctl(option: int, value: int) -> bool:
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def become_subreaper() -> bool:
+    """Adopt orphaned descendants (Linux); False where the kernel has no such option."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def children_of(pid: int) -> list[int]:
@@ -113,6 +117,9 @@ def main(argv: list[str]) -> int:
     for name in argv:
         importlib.import_module(name)
     become_subreaper()
+    # not dumpable: processes of the same uid (the ranks) cannot open /proc/<pid>/fd of this
+    # process or its forks, so they cannot write into the grader's pipe; forked ranks inherit it
+    _prctl(PR_SET_DUMPABLE, 0)
     _say({"event": "ready", "pid": os.getpid()})
     for line in sys.stdin:
         request = json.loads(line)

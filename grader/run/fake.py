@@ -16,6 +16,7 @@ class FakeRunner:
     def __init__(self, responses: Responder | Mapping[str, JobResult]) -> None:
         self._respond: Responder = responses if callable(responses) else (lambda job: responses[job.name])
         self.jobs: list[JobSpec] = []
+        self.isolation = "none (fake runner: nothing runs)"
         self.started = False
         self.closed = False
 

@@ -107,6 +107,7 @@ class JobResult:
     leftovers: int = 0
     error: str | None = None
     skipped: str | None = None  # why the job was not run at all
+    launcher_lost: bool = False  # the grader's launcher died while the job ran (killed from inside?)
 
     @property
     def layout(self) -> Layout:
@@ -115,6 +116,8 @@ class JobResult:
 
 class JobRunner(Protocol):
     """Runs jobs. Implementations: `LocalRunner` (real processes), `FakeRunner` (tests)."""
+
+    isolation: str  # how student code is isolated, for the results' environment
 
     def start(self) -> None:
         """Get ready (e.g. warm up) without blocking the caller for long."""

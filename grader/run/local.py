@@ -1,10 +1,14 @@
-"""Run jobs as real processes on this machine, through the probe's fork server.
+"""Run jobs as real processes on this machine, through the probe's fork server, inside the
+sandbox (grader/run/sandbox.py) when one is given.
 
-Each job gets a fresh copy of the submission as its working directory and one folder per rank
-for stdout, stderr, the fault-handler dump and the observations. A job ends when every rank
-has exited or when its timeout passes; then every rank still alive is asked for its stack
-(SIGUSR1, answered by the fault handler), the job's whole session is killed, and any process
-still carrying the job's token in its environment is killed too.
+Each job gets a fresh copy of the submission as its working directory (the submission's
+only writable place, with its own tmp) and one folder per rank for stdout, stderr, the
+fault-handler dump and the observations. Those folders belong to the grader and their files
+are created beforehand, so the submission can write into the files but cannot replace them
+with links. A job ends when every rank has exited or when its timeout passes; then every rank
+still alive is asked for its stack (SIGUSR1, answered by the fault handler), the job's whole
+session is killed, and any process still carrying the job's token in its environment is
+killed too. Pids reported from inside the sandbox's pid namespace are mapped to host pids.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -23,15 +28,45 @@ from pathlib import Path
 from grader.run import procs
 from grader.run.job import JobResult, JobSpec, RankResult
 from grader.run.safeio import read_json_lines, read_text_tail
+from grader.run.sandbox import Sandbox
 from grader.run.stacks import student_frames
 from grader.run.torchrun_env import rank_environment
 
 GRADER_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the grader package
 TOKEN_VARIABLE = "GRADER_JOB_TOKEN"
+RANK_FILES = ("stdout", "stderr", "faults", "observations.jsonl")
 
 
 class SubmissionTooLarge(Exception):
     """The submission folder exceeds the size the runner accepts."""
+
+
+def copy_submission(source: Path, target: Path, max_bytes: int) -> list[Path]:
+    """Copy folders, regular files and symbolic links (as links, never followed); leave out
+    anything else (a FIFO would block the copy), .git and caches. Returns what was made."""
+    made = [target]
+    total = 0
+    target.mkdir()
+    for folder, dirs, files in os.walk(source):
+        dirs[:] = [d for d in dirs if d not in (".git", "__pycache__") and not os.path.islink(os.path.join(folder, d))]
+        here = target / os.path.relpath(folder, source)
+        for name in dirs:
+            (here / name).mkdir()
+            made.append(here / name)
+        for name in files + [d for d in os.listdir(folder) if os.path.islink(os.path.join(folder, d)) and os.path.isdir(os.path.join(folder, d))]:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                os.symlink(os.readlink(path), here / name)
+            elif stat.S_ISREG(info.st_mode):
+                total += info.st_size
+                if total > max_bytes:
+                    raise SubmissionTooLarge(f"the submission holds more than {max_bytes >> 20} MiB")
+                shutil.copyfile(path, here / name, follow_symlinks=False)
+            else:
+                continue
+            made.append(here / name)
+    return made
 
 
 @dataclass(frozen=True)
@@ -60,18 +95,21 @@ class LocalRunnerOptions:
 class _Zygote:
     """The fork-server process and its line protocol."""
 
-    def __init__(self, options: LocalRunnerOptions, root: Path) -> None:
+    def __init__(self, options: LocalRunnerOptions, root: Path, sandbox: Sandbox | None) -> None:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
-            "PYTHONPATH": str(GRADER_ROOT),
+            "PYTHONPATH": str(root / "lib") if sandbox else str(GRADER_ROOT),
             "PYTHONDONTWRITEBYTECODE": "1",
             "HOME": str(root),
         }
-        self.log = root / "zygote.log"
+        command = [sandbox.python if sandbox else options.python, "-m", "grader.probe.zygote", *options.warm_modules]
+        if sandbox:
+            command = sandbox.command(command, root)
+        self.log = root / f"zygote-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [options.python, "-m", "grader.probe.zygote", *options.warm_modules],
+                command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -144,11 +182,15 @@ class _Zygote:
 class LocalRunner:
     """Runs jobs as processes on this machine. Use as a context manager, or call close()."""
 
-    def __init__(self, root: Path, options: LocalRunnerOptions | None = None) -> None:
+    def __init__(self, root: Path, options: LocalRunnerOptions | None = None, sandbox: Sandbox | None = None) -> None:
         self.root = root
         self.options = options or LocalRunnerOptions()
+        self.sandbox = sandbox
+        self.isolation = sandbox.describe() if sandbox else "none: the submission ran with the grader's rights"
         self._zygote: _Zygote | None = None
         self._count = 0
+        if sandbox:
+            sandbox.prepare_root(root)
 
     def __enter__(self) -> "LocalRunner":
         return self
@@ -161,7 +203,7 @@ class LocalRunner:
         if self._zygote is None or not self._zygote.alive():
             if self._zygote is not None:
                 self._zygote.close()
-            self._zygote = _Zygote(self.options, self.root)
+            self._zygote = _Zygote(self.options, self.root, self.sandbox)
 
     def close(self) -> None:
         if self._zygote is not None:
@@ -170,18 +212,21 @@ class LocalRunner:
 
     # ------------------------------------------------------------------ jobs
     def _prepare(self, job: JobSpec) -> Path:
+        """The job's folders: work (a copy of the submission) and tmp, handed to the sandbox's
+        user; rank folders kept by the grader, with their files made beforehand."""
         self._count += 1
         job_dir = self.root / f"{self._count:02d}-{job.name}"
-        total = 0
-        for folder, _, files in os.walk(job.submission):
-            for name in files:
-                total += os.lstat(os.path.join(folder, name)).st_size
-        if total > self.options.max_submission_bytes:
-            raise SubmissionTooLarge(f"the submission holds {total >> 20} MiB; the limit is {self.options.max_submission_bytes >> 20} MiB")
-        shutil.copytree(job.submission, job_dir / "work", symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+        job_dir.mkdir(mode=0o755)
+        copied = copy_submission(job.submission, job_dir / "work", self.options.max_submission_bytes)
         (job_dir / "tmp").mkdir()
+        give = self.sandbox.give if self.sandbox else (lambda *paths: None)
+        give(*copied, job_dir / "tmp")
         for rank in range(job.layout.world_size):
-            (job_dir / f"rank{rank}").mkdir()
+            folder = job_dir / f"rank{rank}"
+            folder.mkdir(mode=0o755)
+            for name in RANK_FILES:
+                (folder / name).touch(mode=0o600)
+                give(folder / name)
         return job_dir
 
     def _rank_configs(self, job: JobSpec, job_dir: Path, token: str) -> list[dict]:
@@ -263,20 +308,22 @@ class LocalRunner:
                 break
         wall = time.monotonic() - started
         if timed_out:
+            # the launcher reports pids as seen inside the sandbox's pid namespace
+            host = procs.host_pids(self._zygote.proc.pid, {*pids.values(), leader})
+            pids = {rank: host[pid] for rank, pid in pids.items() if pid in host}
             self._dump_stacks(pids, status, job_dir)
             for pid in pids.values():
                 procs.kill_quietly(pid)
-            if leader:
-                procs.kill_group_quietly(leader)  # the leader's session: ranks and their children
+            if leader in host:
+                procs.kill_group_quietly(host[leader])  # the leader's session: ranks and their children
             leader_gone, orphans = self._await_leader(job.name)
             leftovers += orphans
         stray = procs.kill_by_env(TOKEN_VARIABLE, token, self.options.kill_wait_s)
-        error = None
-        if not leader_gone and not self._zygote.alive():
-            error = f"the rank launcher stopped unexpectedly: {read_text_tail(self._zygote.log, 600).strip()}"
-            self.close()
+        launcher_lost = not leader_gone and not self._zygote.alive()
+        if launcher_lost:
+            self.close()  # the next job starts a new launcher
         ranks = [self._rank_result(job, job_dir, rank, status.get(rank)) for rank in range(job.layout.world_size)]
-        return JobResult(spec=job, ranks=ranks, timed_out=timed_out, wall_s=wall, leftovers=leftovers + stray, error=error)
+        return JobResult(spec=job, ranks=ranks, timed_out=timed_out and not launcher_lost, wall_s=wall, leftovers=leftovers + stray, launcher_lost=launcher_lost)
 
     def _await_leader(self, name: str) -> tuple[bool, int]:
         """Wait for the killed leader's exit: (seen, orphans the zygote killed)."""

@@ -40,6 +40,20 @@ def _environ(pid: int) -> list[bytes]:
         return []
 
 
+def pids_of_uids(uids: range) -> list[int]:
+    """Live processes whose real uid is in `uids`."""
+    found = []
+    for pid in all_pids():
+        try:
+            with open(f"/proc/{pid}/status", "rb") as handle:
+                uid = next(int(line.split()[1]) for line in handle if line.startswith(b"Uid:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+        if uid in uids and alive(pid):
+            found.append(pid)
+    return found
+
+
 def pids_with_env(name: str, value: str) -> list[int]:
     """Live processes whose environment holds `name=value` (readable ones only)."""
     needle = f"{name}={value}".encode()
@@ -66,6 +80,38 @@ def kill_group_quietly(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _parent_and_nspids(pid: int) -> tuple[int, list[int]] | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    parent, nspids = -1, [pid]
+    for line in text.splitlines():
+        if line.startswith("PPid:"):
+            parent = int(line.split()[1])
+        elif line.startswith("NSpid:"):
+            nspids = [int(x) for x in line.split()[1:]]
+    return parent, nspids
+
+
+def host_pids(ancestor: int, inner: set[int]) -> dict[int, int]:
+    """Map pids seen inside a pid namespace (the innermost ones, as the processes themselves
+    see them) to host pids, among the descendants of `ancestor`."""
+    table = {pid: info for pid in all_pids() if (info := _parent_and_nspids(pid)) is not None}
+    found = {}
+    for pid, (_, nspids) in table.items():
+        if nspids[-1] not in inner:
+            continue
+        step, seen = pid, 0
+        while step > 1 and seen < 64:
+            step, seen = table.get(step, (0, []))[0], seen + 1
+            if step == ancestor:
+                found[nspids[-1]] = pid
+                break
+    return found
 
 
 def kill_by_env(name: str, value: str, wait_s: float) -> int:

@@ -1,10 +1,12 @@
 """Stacks from Python's fault handler, trimmed to the frames a student wrote."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from grader.run.job import Frame
+from grader.run.safeio import UntrustedFileError, read_untrusted
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
 _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
@@ -25,15 +27,22 @@ def parse_fault_dump(text: str) -> list[list[tuple[str, int, str]]]:
 
 
 def source_line(path: Path, line: int) -> str:
-    """Line `line` (1-based) of a file, stripped, or '' if unreadable."""
+    """Line `line` (1-based) of a student's file, stripped ('' if missing, a link, not a plain
+    file, or too large: the file is the submission's, the reader the grader)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for number, text in enumerate(handle, 1):
-                if number == line:
-                    return text.strip()[:200]
-    except OSError:
-        pass
-    return ""
+        data, _ = read_untrusted(path, 1 << 20)
+    except (OSError, UntrustedFileError):
+        return ""
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[line - 1].strip()[:200] if 0 < line <= len(lines) else ""
+
+
+def inside(path: str, folder: Path) -> Path | None:
+    """`path` if it really is inside `folder` (after resolving '..' and links), else None: the
+    dump is written by the student's process, so its file names are not to be trusted."""
+    real_folder = os.path.realpath(folder)
+    real = os.path.realpath(path)
+    return Path(real) if real.startswith(real_folder + os.sep) else None
 
 
 def student_frames(text: str, workdir: Path) -> list[Frame] | None:
@@ -42,11 +51,11 @@ def student_frames(text: str, workdir: Path) -> list[Frame] | None:
     prefix = str(workdir.resolve()) + "/"
     best: list[Frame] | None = None
     for thread in parse_fault_dump(text):
-        frames = [
-            Frame(file=f[len(prefix):], line=line, func=func, code=source_line(Path(f), line))
-            for f, line, func in reversed(thread)
-            if f.startswith(prefix)
-        ]
+        frames = []
+        for f, line, func in reversed(thread):
+            real = inside(f, workdir) if f.startswith(prefix) else None
+            if real is not None:
+                frames.append(Frame(file=os.path.relpath(real, os.path.realpath(workdir)), line=line, func=func, code=source_line(real, line)))
         if frames and (best is None or frames[0].func == "<module>"):
             best = frames
     return best

@@ -181,7 +181,7 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         where = f" at line {mark.line + 1}" if mark else ""
         raise SpecError(path, "(file)", "valid YAML", f"<{getattr(exc, 'problem', None) or exc}{where}>") from None
     top = _Node(path, "", data)
-    top.only("id", "title", "script", "seed_argument", "args", "variables", "timeouts", "runs", "checks", "answers", "manual_answers")
+    top.only("id", "title", "script", "seed_argument", "args", "variables", "timeouts", "runs", "checks", "answers", "manual_answers", "sandbox")
     args = _load_args(top.child("args", default={}))
     timeouts = top.child("timeouts", default={})
     timeouts.only("run_s", "total_s")
@@ -202,6 +202,7 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         run_timeout_s=run_timeout,
         total_timeout_s=total_timeout,
         source=path,
+        sandbox=top.get("sandbox", "required or preferred", lambda v: v in ("required", "preferred"), "preferred"),
         answers=top.get("answers", "the file name of the answers (.yaml)", lambda v: isinstance(v, str) and v.endswith((".yaml", ".yml")) and "/" not in v, None),
         manual_answers=tuple(top.get("manual_answers", "a list of dotted keys of the answers file", lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), [])),
     )

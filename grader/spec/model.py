@@ -55,6 +55,7 @@ class Assignment:
     run_timeout_s: float
     total_timeout_s: float
     source: Path
+    sandbox: str = "preferred"  # "required": never graded without the sandbox (official grading)
     answers: str | None = None  # the submission's answers file (YAML), if the practical has one
     manual_answers: tuple[str, ...] = ()  # dotted keys of free-text answers, graded by people
 
