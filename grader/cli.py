@@ -5,6 +5,11 @@
     python -m grader list                         practicals, checks, points, visibility
     python -m grader verify [PRACTICAL ...]       grade the reference solutions
     python -m grader run --virtual-gpus N -- CMD  any command, its Python processes on N virtual GPUs
+    python -m grader release [PRACTICAL ...]      assignments/ from solutions/ (the templates)
+    python -m grader export-student P... --out D  the students' repository, scanned for leaks
+    python -m grader new ID --title T             a new practical from templates/practical/
+    python -m grader calibrate PRACTICAL          baselines of the reference solution on this machine
+    python -m grader collect RESULTS_DIR --csv F  grades out (latest submission before a deadline)
 
 Exit status of grade/check: 0 when grading completed (whatever the score), 1 when the grader
 itself could not grade (the results file then holds an "Autograder error" entry), 2 for a
@@ -21,8 +26,15 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from grader.assign.export import ExportRefused, build_export, write_export
+from grader.assign.markers import MarkerError
+from grader.assign.scaffold import ScaffoldError, new_practical
+from grader.assign.release import differences, release_practical, write
 from grader.course import Course, CourseError, Practical, find_course_root, load_course, load_practical
-from grader.grade.pipeline import GradeOptions, grade
+from grader.checks import timing
+from grader.collect import collect, parse_time, write_answers, write_grades
+from grader.grade import calibration
+from grader.grade.pipeline import GradeOptions, execute, grade
 from grader.results.gradescope import write_results
 from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
@@ -30,6 +42,7 @@ from grader.run.local import LocalRunner
 from grader.run.sandbox import Limits, open_sandbox
 from grader.run.virtual_env import virtual_gpu_environment
 from grader.spec import SpecError
+from grader.store import ResultsStore
 
 
 def _positive_int(text: str) -> int:
@@ -81,6 +94,28 @@ def _parser() -> argparse.ArgumentParser:
     grading_options(c)
 
     commands.add_parser("list", help="practicals with their checks, points and visibility")
+
+    rel = commands.add_parser("release", help="regenerate assignments/ from solutions/ (the templates)")
+    rel.add_argument("practicals", nargs="*", help="practical ids (default: all)")
+    rel.add_argument("--check", action="store_true", help="change nothing; fail if assignments/ is out of step")
+
+    x = commands.add_parser("export-student", help="write the students' starter repository (no solution can leak)")
+    x.add_argument("practicals", nargs="+", help="practical ids")
+    x.add_argument("--out", type=Path, required=True, help="an empty or new folder")
+
+    n = commands.add_parser("new", help="scaffold a new practical from templates/practical/")
+    n.add_argument("practical", help="its id, e.g. p7")
+    n.add_argument("--title", required=True, help="its title")
+
+    cal = commands.add_parser("calibrate", help="measure the reference solution here; speed checks compare with it")
+    cal.add_argument("practical")
+    cal.add_argument("--repeat", type=_positive_int, default=3, help="gradings to measure (the fastest of each run counts)")
+
+    col = commands.add_parser("collect", help="grades out of a results store: one CSV row per student")
+    col.add_argument("results_dir", type=Path)
+    col.add_argument("--csv", type=Path, required=True, help="where to write the grades")
+    col.add_argument("--answers", type=Path, help="where to write the free-text answers (default: next to --csv)")
+    col.add_argument("--deadline", help="ISO 8601 time; later submissions are flagged (UTC without a zone)")
 
     r = commands.add_parser("run", help="run any command on virtual GPUs: run --virtual-gpus 4 -- python train.py")
     r.add_argument("--virtual-gpus", type=_count, default=2, help="CUDA devices to pretend (default 2)")
@@ -156,7 +191,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for practical_id in course.practicals:
         practical = load_practical(course, practical_id)
         spec = practical.assignment
-        runs = ", ".join(f"{r.name} ({r.layout.describe()})" for r in spec.runs)
+        runs = ", ".join(f"{r.name} ({r.layout.describe()}{f', {r.virtual_gpus} virtual GPUs' if r.virtual_gpus else ''})" for r in spec.runs)
         print(f"\n{spec.id}: {spec.title} — {spec.max_score:g} points; script {spec.script}; runs: {runs}")
         for check in spec.checks:
             print(f"  {check.id:<16} {check.points:>4g} pts  {check.visibility:<15} {check.title}")
@@ -182,6 +217,102 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_release(args: argparse.Namespace) -> int:
+    course = _course(args)
+    out_of_step = []
+    for practical in args.practicals or course.practicals:
+        try:
+            released = release_practical(course, practical)
+        except (MarkerError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        if args.check:
+            out_of_step += differences(course, released)
+            continue
+        changed = write(course, released)
+        print(f"{practical}: " + (", ".join(changed) if changed else "up to date"))
+    if out_of_step:
+        print("assignments/ is out of step with solutions/ (run: python -m grader release):", *out_of_step, sep="\n  ")
+        return 1
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    course = _course(args)
+    unknown = [p for p in args.practicals if p not in course.practicals]
+    if unknown:
+        print(f"error: unknown practical(s) {', '.join(unknown)}; this course has: {', '.join(course.practicals)}", file=sys.stderr)
+        return 1
+    try:
+        export = build_export(course, args.practicals)
+        write_export(export, args.out)
+    except (ExportRefused, FileExistsError, MarkerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"exported {', '.join(args.practicals)} to {args.out} ({len(export.files)} files, no leak found)")
+    return 0
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    course = _course(args)
+    try:
+        written = new_practical(course, args.practical, args.title)
+    except (ScaffoldError, MarkerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"made {args.practical}:", *written, sep="\n  ")
+    print(f"next: edit solutions/{args.practical}/, then `python -m grader release {args.practical}` and `python -m grader verify {args.practical}`")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    course = _course(args)
+    practical = load_practical(course, args.practical)
+    best: dict[str, dict] = {}
+    for _ in range(args.repeat):
+        sandbox = open_sandbox()
+        work = Path(tempfile.mkdtemp(prefix=f"grader-calibrate-{practical.id}-"))
+        try:
+            execution = execute(practical, course.solution_dir(practical.id), LocalRunner(work, sandbox=None if isinstance(sandbox, str) else sandbox), GradeOptions())
+        finally:
+            if not isinstance(sandbox, str):
+                sandbox.release()
+            shutil.rmtree(work, ignore_errors=True)
+        if isinstance(execution, GradingReport):
+            print(f"error: {execution.error}", file=sys.stderr)
+            return 1
+        for name, run in execution.results.items():
+            measured = timing.summary(run)
+            if measured and (name not in best or measured["median_step_s"] < best[name]["median_step_s"]):
+                best[name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in measured.items()}
+    env = execution.environment
+    key = calibration.machine_key(env["cuda_gpus"], env["devices"].split(" × ", 1)[-1] if env["cuda_gpus"] else "")
+    path = calibration.record(course, practical.id, key, best, env["torch"])
+    print(f"{practical.id} on {key}:")
+    for name, values in sorted(best.items()):
+        print(f"  {name}: median step {values['median_step_s'] * 1000:.2f} ms over {values['steps']} steps")
+    print(f"recorded in {path}")
+    return 0
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    try:
+        deadline = parse_time(args.deadline) if args.deadline else None
+    except ValueError:
+        print(f"error: --deadline {args.deadline!r} is not an ISO 8601 time (e.g. 2026-12-01T23:59:00+02:00)", file=sys.stderr)
+        return 2
+    if not args.results_dir.is_dir():
+        print(f"error: {args.results_dir} is not a folder", file=sys.stderr)
+        return 1
+    table = collect(ResultsStore(args.results_dir), deadline)
+    answers = args.answers or args.csv.with_name(args.csv.stem + ".answers.csv")
+    write_grades(table, args.csv)
+    write_answers(table, answers)
+    late = sum(1 for row in table.values() for chosen in row.values() if chosen.late)
+    print(f"{len(table)} students; grades in {args.csv}, free-text answers in {answers}; {late} late")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
@@ -194,18 +325,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 127
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    return cmd_grade(args, public_only=True)
+
+
+COMMANDS = {
+    "grade": cmd_grade,
+    "check": cmd_check,
+    "list": cmd_list,
+    "verify": cmd_verify,
+    "run": cmd_run,
+    "release": cmd_release,
+    "export-student": cmd_export,
+    "new": cmd_new,
+    "calibrate": cmd_calibrate,
+    "collect": cmd_collect,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "grade":
-            return cmd_grade(args)
-        if args.command == "check":
-            return cmd_grade(args, public_only=True)
-        if args.command == "list":
-            return cmd_list(args)
-        if args.command == "run":
-            return cmd_run(args)
-        return cmd_verify(args)
+        return COMMANDS[args.command](args)
     except (CourseError, SpecError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -8,8 +8,10 @@ parents, and finally the folder that holds the installed grader package.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -92,15 +94,33 @@ def load_course(root: Path) -> Course:
     return Course(root=root, title=str(data.get("course", "")), practicals=practicals)
 
 
+def _practical_module(course: Course, practical: str) -> ModuleType:
+    """The practical's module: the course's own grader/practicals/<id>.py (so a course copy,
+    or a practical just made by `new`, brings its own), else the installed package's."""
+    name = f"grader.practicals.{practical}"
+    path = course.root / "grader" / "practicals" / f"{practical}.py"
+    try:
+        if path.is_file():
+            loaded = sys.modules.get(name)
+            if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == path.resolve():
+                return loaded
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            return module
+        return importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001 - a broken module is reported, not raised through
+        raise CourseError(f"practical {practical}: its grader module cannot be loaded: {type(exc).__name__}: {exc}") from None
+
+
 def load_practical(course: Course, practical: str) -> Practical:
     """The practical's module and its validated spec (SpecError for a bad spec)."""
     if practical not in course.practicals:
         known = ", ".join(course.practicals) or "none"
         raise CourseError(f"unknown practical {practical!r}; this course has: {known}")
-    try:
-        module = importlib.import_module(f"grader.practicals.{practical}")
-    except ImportError as exc:
-        raise CourseError(f"practical {practical}: its grader module cannot be imported: {exc}") from None
+    module = _practical_module(course, practical)
     for name in ("CHECKS", "references"):
         if not hasattr(module, name):
             raise CourseError(f"practical {practical}: grader/practicals/{practical}.py defines no {name}")

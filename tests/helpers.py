@@ -45,3 +45,16 @@ def assert_loses_exactly(results: dict, loses: frozenset[str], messages: dict) -
     for check_id, fragment in messages.items():
         assert fragment in checks[check_id]["output"], checks[check_id]["output"]
 
+
+
+def copy_course(target: Path) -> Path:
+    """A copy of the course (what `--course-root` needs) to change freely in a test."""
+    import shutil
+
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("course.yaml", "pyproject.toml"):
+        shutil.copy(ROOT / name, target / name)
+    for name in ("assignments", "solutions", "grader", "templates", "scripts"):
+        shutil.copytree(ROOT / name, target / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (target / "tests").mkdir()
+    return target

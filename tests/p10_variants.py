@@ -19,7 +19,7 @@ VARIANTS = (
     ),
     Variant(
         "optimizer_step_per_micro_batch",
-        ((SCRIPT, "            loss.backward()\n    optimizer.step()\n", "            loss.backward()\n        optimizer.step()\n"),),
+        ((SCRIPT, "            loss.backward()\n    # END SOLUTION\n    optimizer.step()\n", "            loss.backward()\n        optimizer.step()\n    # END SOLUTION\n"),),
         frozenset({"passes_per_step", "sync_pattern", "grad_sync", "params_sync", "hybrid_answers"}),
         {"passes_per_step": "rank 0 took 8 optimizer steps for 2 training steps — is optimizer.step() inside the micro-batch loop?"},
     ),

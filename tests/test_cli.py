@@ -17,7 +17,7 @@ def test_list_shows_practicals_checks_points_and_visibility(capsys: pytest.Captu
     assert "p6: DistributedDataParallel under torchrun — 18 points" in out
     assert "p5: Data parallelism with nn.DataParallel — 15 points" in out and "gpu0_memory" in out
     assert "p4: Understanding parallelism (notebook) — 14 points" in out
-    assert "2x2 (2 nodes × 2 ranks)" in out
+    assert "2x2 (2 nodes × 2 ranks, 2 virtual GPUs)" in out
     assert "params_sync         4 pts  after_due_date" in out
 
 

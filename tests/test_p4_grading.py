@@ -59,7 +59,7 @@ def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path
     capsys.readouterr()
     assert_loses_exactly(results, variant.loses, variant.messages)
     if variant.name == "shell_and_magic_lines_in_graded_cells":
-        assert "p4_concepts.ipynb, cell 5: line 10: !nvidia-smi is IPython syntax; devices was set to None" in results["output"]
+        assert "p4_concepts.ipynb, cell 5: line 12: !nvidia-smi is IPython syntax; devices was set to None" in results["output"]
     if variant.name == "one_wrong_answer":
         assert checks_by_id(results)["concept_answers"]["score"] == pytest.approx(3 * 4 / 5)
     json.dumps(results)

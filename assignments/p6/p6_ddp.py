@@ -71,12 +71,14 @@ if ddp:
 optimizer = torch.optim.SGD(model.parameters(), lr=lr)
 loss_fn = nn.MSELoss()
 
-# TODO 4 (below, in the loop): each rank trains on its own equal shard of the global batch.
-# shard = batch_size // world_size rows, starting at row rank * shard; a remainder of
-# batch_size % world_size rows is dropped (see the README for why).
+# each rank takes an equal shard of the global batch; a remainder (batch_size % world_size)
+# is dropped so that every rank's shard has the same size and the average stays exact
+shard = batch_size // world_size
 t0 = time.time()
 for step in range(steps):
     x, y = get_batch(step)
+    # TODO 4: keep this rank's shard of the global batch: `shard` rows starting at row
+    # rank * shard, of x and of y, moved to `device`.
     raise NotImplementedError("TODO 4: keep this rank's shard of x and y, moved to its device")
     loss = loss_fn(model(x), y)
     optimizer.zero_grad(set_to_none=True)

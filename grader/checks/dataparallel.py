@@ -13,6 +13,7 @@ from types import MappingProxyType
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
+from grader.checks.timing import step_seconds
 from grader.run.job import JobResult, RankResult
 
 
@@ -126,17 +127,12 @@ def shape_log(ctx: CheckContext) -> Verdict:
     return per_run(ctx, judge, "every replica logs its device and input shape from inside forward")
 
 
-def _step_seconds(rank: RankResult) -> list[float]:
-    ends = [e["t"] for e in sorted(rank.of_kind("opt_params"), key=lambda e: e.get("step", 0)) if "t" in e]
-    return [b - a for a, b in zip(ends, ends[1:])]
-
-
 def gpu_step_times(ctx: CheckContext) -> Verdict:
     """The grader's own step times of the single-GPU baseline and of DataParallel (measured
     on real GPUs between optimizer steps, after synchronizing)."""
     times = {}
     for run in ctx.runs:
-        seconds = _step_seconds(run.ranks[0]) if run.ranks else []
+        seconds = step_seconds(run) if run.ranks else []
         if not seconds:
             return Verdict(False, f"{run.spec.name}: {failures.explain(run) or 'no step time could be measured'}")
         times[run.spec.name] = statistics.median(seconds)

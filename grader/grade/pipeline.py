@@ -82,7 +82,7 @@ def environment(seed: int | None) -> dict:
     return {
         "host": platform.node(),
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "cuda_gpus": gpus,
         "devices": devices,
         "grader": __version__,
@@ -163,8 +163,25 @@ def _judge_all(practical: Practical, checks: tuple[CheckSpec, ...], deferred: Ma
     return graded, errors
 
 
-def grade(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions()) -> GradingReport:
-    """Grade `submission` (a folder) for `practical` with `runner`; see the module docstring."""
+@dataclass
+class Execution:
+    """Everything a grading ran and observed, before any check judged it."""
+
+    checks: tuple[CheckSpec, ...]
+    args: dict
+    runs: tuple[RunDef, ...]
+    results: dict[str, JobResult]
+    references: Any
+    environment: dict
+    deferred: dict[str, str]
+    answers: Answers | None
+    prepared: Prepared
+    started: float
+
+
+def execute(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions()) -> Execution | GradingReport:
+    """Steps 1 to 5 of the module docstring: the runs and their observations (or, when the
+    grader itself fails, the report that says so)."""
     started = time.monotonic()
     assignment = practical.assignment
     checks = tuple(c for c in assignment.checks if c.public or not options.public_only)
@@ -204,18 +221,35 @@ def grade(practical: Practical, submission: Path, runner: JobRunner, options: Gr
     finally:
         runner.close()
         shutil.rmtree(staging, ignore_errors=True)
+    return Execution(checks, args, runs, results, references, env, deferred, answers, prepared, started)
 
-    base = CheckContext(runs=(), options={}, args=args, references=references, gpus=env["cuda_gpus"], run_args={r.name: r.args for r in runs}, answers=answers)
-    graded, errors = _judge_all(practical, checks, deferred, results, base, everything=options.world_size is not None)
+
+def judge(practical: Practical, execution: Execution, options: GradeOptions = GradeOptions()) -> GradingReport:
+    """Step 6: every check on its runs, and the report."""
+    base = CheckContext(
+        runs=(),
+        options={},
+        args=execution.args,
+        references=execution.references,
+        gpus=execution.environment["cuda_gpus"],
+        run_args={r.name: r.args for r in execution.runs},
+        answers=execution.answers,
+    )
+    graded, errors = _judge_all(practical, execution.checks, execution.deferred, execution.results, base, everything=options.world_size is not None)
     return GradingReport(
-        practical=assignment.id,
-        title=assignment.title,
+        practical=practical.assignment.id,
+        title=practical.assignment.title,
         checks=tuple(graded),
-        runs=_summaries(results),
-        execution_time_s=time.monotonic() - started,
-        environment=env,
+        runs=_summaries(execution.results),
+        execution_time_s=time.monotonic() - execution.started,
+        environment=execution.environment,
         error="; ".join(errors) or None,
-        manual=manual_texts(answers or Answers(None), assignment.manual_answers),
-        notes=prepared.notes,
+        manual=manual_texts(execution.answers or Answers(None), practical.assignment.manual_answers),
+        notes=execution.prepared.notes,
     )
 
+
+def grade(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions()) -> GradingReport:
+    """Grade `submission` (a folder) for `practical` with `runner`; see the module docstring."""
+    execution = execute(practical, submission, runner, options)
+    return execution if isinstance(execution, GradingReport) else judge(practical, execution, options)

@@ -7,11 +7,11 @@ max_score, status, name, number, output, tags, visibility and extra_data.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.files import write_atomically
 from grader.results.model import CheckResult, GradingReport, Status
 from grader.results.render import overview_text
 
@@ -81,17 +81,26 @@ def to_gradescope(report: GradingReport) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Scores:
+    """What a stored results.json says about the grade."""
+
+    total: float
+    checks: dict[str, float]  # check id -> score (deferred checks left out)
+    answers: dict[str, str]  # free-text answers for manual grading
+
+
+def read_scores(document: dict[str, Any]) -> Scores:
+    """The scores of a results.json this module wrote."""
+    checks = {}
+    for test in document.get("tests", []):
+        tags = test.get("tags") or []
+        if tags and tags[0] != "autograder-error" and "deferred_points" not in test.get("extra_data", {}):
+            checks[tags[0]] = float(test.get("score", 0))
+    extra = document.get("extra_data", {})
+    return Scores(total=float(document.get("score", 0)), checks=checks, answers=dict(extra.get("manual_answers") or {}))
+
+
 def write_results(report: GradingReport, path: Path) -> None:
     """Write results.json atomically: a temporary file in the same folder, then a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    document = json.dumps(to_gradescope(report), indent=2, ensure_ascii=False) + "\n"
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(document)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(Path(path), json.dumps(to_gradescope(report), indent=2, ensure_ascii=False) + "\n")

@@ -60,19 +60,28 @@ else:
 # model parallelism: the two stages of this rank on two different GPUs. The ranks of a node
 # take the first GPUs for stage 1 and the next ones for stage 2, so no GPU is shared:
 # with 2 ranks on 4 GPUs, rank 0 -> (0, 2) and rank 1 -> (1, 3)
+# BEGIN SOLUTION TODO 1: pick the two stage devices of this rank
+#: TODO 1: set stage1_device to cuda:<local_rank> and stage2_device to
+#: cuda:<local_rank + local_world_size> when CUDA is available; both the CPU otherwise.
 if torch.cuda.is_available():
     stage1_device = torch.device(f"cuda:{local_rank}")
     stage2_device = torch.device(f"cuda:{local_rank + local_world_size}")
 else:
     stage1_device = stage2_device = torch.device("cpu")
+# END SOLUTION
 print(f"[Rank {rank}] stage 1 on {stage1_device}, stage 2 on {stage2_device}", flush=True)
 
 
 class TwoStageModel(nn.Module):
     def __init__(self):
         super().__init__()
-        self.stage1 = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU()).to(stage1_device)
-        self.stage2 = nn.Linear(hidden, 1).to(stage2_device)
+        self.stage1 = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU())
+        self.stage2 = nn.Linear(hidden, 1)
+        # BEGIN SOLUTION TODO 2: place the stages on their devices
+        #: TODO 2: place stage1 on stage1_device and stage2 on stage2_device.
+        self.stage1.to(stage1_device)
+        self.stage2.to(stage2_device)
+        # END SOLUTION
 
     def forward(self, x):
         activation = self.stage1(x.to(stage1_device))
@@ -95,9 +104,17 @@ t0 = time.time()
 for step in range(steps):
     x, y = get_batch(step)
     x, y = x[rank * shard : (rank + 1) * shard], y[rank * shard : (rank + 1) * shard]
+    # BEGIN SOLUTION TODO 3: split the shard into micro-batches
+    #: TODO 3: split this rank's x and y into `micro_batches` pieces: pieces = [(mx, my), ...].
+    #: Use tensor_split, which always gives that many pieces (torch.chunk may give fewer).
     # micro-batches: always `micro_batches` pieces (their sizes differ by one at most)
     pieces = list(zip(x.tensor_split(micro_batches), y.tensor_split(micro_batches)))
+    # END SOLUTION
     optimizer.zero_grad(set_to_none=True)
+    # BEGIN SOLUTION TODO 4: the micro-batch loop: no_sync, loss scaling, backward
+    #: TODO 4: for each micro-batch: forward, loss (summed, divided by `shard`, the rank's
+    #: sample count), backward. Run all but the last micro-batch inside model.no_sync() (when
+    #: ddp), so that DDP all-reduces the accumulated gradients only once per step.
     for i, (mx, my) in enumerate(pieces):
         last = i == len(pieces) - 1
         # no_sync: accumulate the gradients locally; DDP all-reduces them once, in the last
@@ -106,6 +123,7 @@ for step in range(steps):
             out = model(mx)
             loss = loss_fn(out, my.to(stage2_device)) / shard
             loss.backward()
+    # END SOLUTION
     optimizer.step()
     if rank == 0 and (step % log_every == 0 or step == steps - 1):
         print(f"[Rank 0] step {step} | {len(pieces)} micro-batches | loss {loss.item() * shard:.4f} | {time.time() - t0:.2f}s", flush=True)

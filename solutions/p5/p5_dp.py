@@ -40,9 +40,13 @@ class Net(nn.Module):
         self.layers = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
 
     def forward(self, x):
+        # BEGIN SOLUTION TODO 3: print this replica's device and input shape
+        #: TODO 3: every replica runs this forward on its own chunk of the batch. Print the
+        #: device x is on (x.device, e.g. cuda:1) and the shape of x, then remove the raise.
         # every replica runs this forward on its own chunk of the batch: show which GPU it is
         # on and how many rows it got
         print(f"Inside model on device {x.device}, shape: {tuple(x.shape)}", flush=True)
+        # END SOLUTION
         return self.layers(x)
 
 
@@ -56,10 +60,17 @@ torch.manual_seed(seed)
 # DataParallel keeps the master copy of the model on the first GPU, device_ids[0] = cuda:0:
 # the inputs start there, the outputs are gathered there, the gradients are summed there
 model = Net()
+# BEGIN SOLUTION TODO 1: choose the first device and move the model to it
+#: TODO 1: choose `device`: the first GPU (cuda:0) when CUDA is available, else the CPU, and
+#: move the model there.
 device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 model = model.to(device)
+# END SOLUTION
+# BEGIN SOLUTION TODO 2: wrap the model in DataParallel when there are several GPUs
+#: TODO 2: when more than one GPU is visible, wrap the model in nn.DataParallel (all GPUs).
 if torch.cuda.device_count() > 1:
     model = nn.DataParallel(model)  # all visible GPUs
+# END SOLUTION
 print(f"GPUs visible: {torch.cuda.device_count()}", flush=True)
 optimizer = torch.optim.SGD(model.parameters(), lr=lr)
 loss_fn = nn.CrossEntropyLoss()

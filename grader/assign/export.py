@@ -1,0 +1,118 @@
+"""`python -m grader export-student PRACTICAL... --out DIR`: the students' starter repository.
+
+What goes in is an allow-list, nothing else:
+  assignments/<id>/**      the released templates (each file must be one `release` makes), the
+                           spec reduced to its public checks
+  grader/**/*.py           the grader, for the self-check: the probe, the checks, the practical
+                           modules of the exported practicals (a module that starts with the line
+                           `# grader: private` never goes out)
+  pyproject.toml, scripts/setup.sh
+  course.yaml, README.md,  made for the export (the practicals it holds)
+  .github/workflows/       from templates/student/
+Every export is scanned before anything is written: a line of any practical's solution, a
+solution marker, or a hidden check's id or title in a spec or README makes it refuse, naming
+the file, the line and what leaked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from grader.assign.leaks import Leak, public_lines, scan, solution_lines
+from grader.assign.release import SKIPPED_PARTS, release_practical
+from grader.course import Course, load_practical
+
+PRIVATE = "# grader: private"
+STUDENT_TEMPLATES = Path("templates") / "student"
+
+
+class ExportRefused(Exception):
+    """The export would leak something, or holds a file it may not."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("export refused:\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class Export:
+    files: dict[str, bytes]
+
+
+def public_spec(course: Course, practical: str) -> tuple[bytes, dict[str, str]]:
+    """The spec with only its public checks (and the runs they use), and the hidden checks
+    (id -> title) it left out."""
+    spec = course.spec_path(practical)
+    data = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    checks = load_practical(course, practical).assignment.checks
+    hidden = {c.id: c.title for c in checks if not c.public}
+    data["checks"] = [entry for entry in data["checks"] if entry["id"] not in hidden]
+    used = {name for c in checks if c.public for name in c.runs}
+    data["runs"] = [run for run in data["runs"] if run["name"] in used]
+    header = f"# Grading spec of {practical}: the public checks (the self-check runs these).\n"
+    return (header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)).encode(), hidden
+
+
+def _grader_files(course: Course, practicals: list[str]) -> dict[str, bytes]:
+    files = {}
+    for path in sorted((course.root / "grader").rglob("*.py")):
+        relative = path.relative_to(course.root)
+        if SKIPPED_PARTS.intersection(relative.parts):
+            continue
+        if relative.parts[:2] == ("grader", "practicals") and path.stem not in ("__init__", "reference", *practicals):
+            continue
+        content = path.read_bytes()
+        if content.startswith(PRIVATE.encode()):
+            continue
+        files[relative.as_posix()] = content
+    return files
+
+
+def build_export(course: Course, practicals: list[str]) -> Export:
+    """The export's files, scanned; ExportRefused lists every problem found."""
+    problems: list[str] = []
+    files: dict[str, bytes] = {}
+    hidden_checks: dict[str, dict[str, str]] = {}
+    for practical in practicals:
+        released = release_practical(course, practical)
+        folder = course.template_dir(practical)
+        for path in sorted(folder.rglob("*")):
+            relative = path.relative_to(folder).as_posix()
+            if not path.is_file() or SKIPPED_PARTS.intersection(path.relative_to(folder).parts):
+                continue
+            if relative not in released.files:
+                problems.append(f"assignments/{practical}/{relative}: not a file that `release` makes from solutions/{practical} (not on the allow-list)")
+                continue
+            files[f"assignments/{practical}/{relative}"] = path.read_bytes()
+        spec, hidden = public_spec(course, practical)
+        files[f"assignments/{practical}/assignment.yaml"] = spec
+        hidden_checks[practical] = hidden
+    files.update(_grader_files(course, practicals))
+    for name in ("pyproject.toml", "scripts/setup.sh"):
+        files[name] = (course.root / name).read_bytes()
+    files["course.yaml"] = f"# The practicals of this repository.\ncourse: {course.title}\npracticals: [{', '.join(practicals)}]\n".encode()
+    templates = course.root / STUDENT_TEMPLATES
+    for path in sorted(templates.rglob("*")) if templates.is_dir() else []:
+        if path.is_file():
+            files[path.relative_to(templates).as_posix()] = path.read_bytes().replace(b"{{practicals}}", " ".join(practicals).encode())
+    public = public_lines(course)
+    secrets = [line for practical in course.practicals for line in solution_lines(course, practical, public)]
+    leaks: list[Leak] = scan(files, secrets, hidden_checks)
+    problems += [leak.describe() for leak in leaks]
+    if problems:
+        raise ExportRefused(problems)
+    return Export(files=files)
+
+
+def write_export(export: Export, out: Path) -> None:
+    """Write the export into `out`, which must be empty or absent."""
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} is not empty")
+    for name, content in sorted(export.files.items()):
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        if name.endswith(".sh"):
+            path.chmod(0o755)

@@ -1,0 +1,82 @@
+"""The results store: every grading of every submission, one file each, never overwritten
+in place.
+
+Layout (under the store's root):
+
+    <student>/<practical>/<commit>.json     the Gradescope results.json of that commit, with
+                                            extra_data.provenance (below)
+    queue/<student>--<practical>--<commit>.json   submissions waiting to be graded (or retried)
+
+provenance: student, practical, commit, submitted_at (ISO 8601), graded_at, grader version,
+template version (the released template's commit, when known), node, GPUs, attempt.
+Files are written to a temporary name in the same folder and renamed, so a reader sees a
+whole file or none.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from grader.files import write_atomically
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+
+
+class StoreError(ValueError):
+    """A name that cannot be a folder or file of the store."""
+
+
+def safe_name(value: str, what: str) -> str:
+    """`value` if it can name a folder (no '/', no '..', no hidden file)."""
+    if not _NAME.match(value) or ".." in value:
+        raise StoreError(f"{what} {value!r} cannot be used as a file name (letters, digits, . _ @ - only)")
+    return value
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stored grading."""
+
+    student: str
+    practical: str
+    commit: str
+    document: dict  # the Gradescope results, provenance in extra_data
+
+    @property
+    def provenance(self) -> dict:
+        return self.document.get("extra_data", {}).get("provenance", {})
+
+
+class ResultsStore:
+    """A folder of results, laid out as the module docstring says."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path_for(self, student: str, practical: str, commit: str) -> Path:
+        return self.root / safe_name(student, "student") / safe_name(practical, "practical") / f"{safe_name(commit, 'commit')}.json"
+
+    def has(self, student: str, practical: str, commit: str) -> bool:
+        return self.path_for(student, practical, commit).is_file()
+
+    def save(self, document: dict, provenance: dict[str, Any]) -> Path:
+        """Store a results document under its provenance (student, practical, commit)."""
+        path = self.path_for(provenance["student"], provenance["practical"], provenance["commit"])
+        document = {**document, "extra_data": {**document.get("extra_data", {}), "provenance": provenance}}
+        write_atomically(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        return path
+
+    def entries(self) -> Iterator[Entry]:
+        """Every stored grading (files that cannot be read are passed over)."""
+        for path in sorted(self.root.glob("*/*/*.json")):
+            student, practical = path.parent.parent.name, path.parent.name
+            if student == "queue":
+                continue
+            try:
+                document = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            yield Entry(student=student, practical=practical, commit=path.stem, document=document)

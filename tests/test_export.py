@@ -1,0 +1,79 @@
+"""The students' repository: what goes in, what may never, and that it works on its own."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import ROOT, copy_course, run_cli
+
+
+def export(course: Path, out: Path, *practicals: str) -> subprocess.CompletedProcess:
+    return run_cli("--course-root", str(course), "export-student", *(practicals or ("p4", "p5", "p6", "p10")), "--out", str(out))
+
+
+def test_the_export_holds_templates_public_checks_and_the_self_check(tmp_path: Path) -> None:
+    out = tmp_path / "student"
+    done = export(ROOT, out)
+    assert done.returncode == 0, done.stderr
+    files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert {"assignments/p6/p6_ddp.py", "assignments/p5/answers.yaml", "assignments/p4/p4_concepts.ipynb", "course.yaml", "README.md", "pyproject.toml", "scripts/setup.sh", ".github/workflows/self-check.yml", "grader/cli.py", "grader/probe/zygote.py"} <= files
+    assert not [f for f in files if f.startswith(("solutions/", "tests/", "bench/", ".ci/", "templates/", "calibration/"))]
+    spec = yaml.safe_load((out / "assignments" / "p6" / "assignment.yaml").read_text())
+    assert [c["id"] for c in spec["checks"]] == ["rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit"]
+    assert "for practical in p4 p5 p6 p10; do" in (out / ".github" / "workflows" / "self-check.yml").read_text()
+    assert (out / "assignments" / "p6" / "p6_ddp.py").read_bytes() == (ROOT / "assignments" / "p6" / "p6_ddp.py").read_bytes()
+    assert yaml.safe_load((out / "course.yaml").read_text())["practicals"] == ["p4", "p5", "p6", "p10"]
+
+
+def plant(tmp_path: Path, where: str, text: str) -> Path:
+    course = copy_course(tmp_path / "course")
+    path = course / where
+    path.write_text(path.read_text() + text if path.exists() else text)
+    return course
+
+
+@pytest.mark.parametrize(
+    ("where", "text", "message"),
+    [
+        ("assignments/p6/p6_ddp.py", "    dist.init_process_group(backend=backend)\n", "assignments/p6/p6_ddp.py:93: a line of the solution (solutions/p6/p6_ddp.py:57): 'dist.init_process_group(backend=backend)'"),
+        ("assignments/p10/p10_hybrid.py", "        with model.no_sync() if ddp and not last else nullcontext():\n", "a line of the solution (solutions/p10/p10_hybrid.py:"),
+        ("assignments/p5/answers.yaml", "  3: [22, 22, 20]\n", "assignments/p5/answers.yaml:35: a line of the solution (solutions/p5/answers.yaml:17): '3: [22, 22, 20]'"),
+        ("assignments/p6/README.md", "\nHidden: Parameters stay identical across ranks and match single-process training\n", "assignments/p6/README.md: the hidden check 'params_sync' ('Parameters stay identical across ranks and match single-process training')"),
+        ("assignments/p6/notes_for_staff.txt", "the grading seeds we use\n", "assignments/p6/notes_for_staff.txt: not a file that `release` makes from solutions/p6 (not on the allow-list)"),
+        ("grader/practicals/p6.py", "\n\ndef _never_called(x, rank, shard, device):\n    x = x[rank * shard : (rank + 1) * shard].to(device)\n", "grader/practicals/p6.py:"),
+    ],
+)
+def test_a_planted_leak_makes_the_export_refuse_and_names_it(where: str, text: str, message: str, tmp_path: Path) -> None:
+    course = plant(tmp_path, where, text)
+    out = tmp_path / "student"
+    done = export(course, out)
+    assert done.returncode == 1, done.stdout
+    assert "error: export refused:" in done.stderr and message in done.stderr, done.stderr
+    assert not out.exists()
+
+
+def test_private_modules_and_other_practicals_stay_home(tmp_path: Path) -> None:
+    course = copy_course(tmp_path / "course")
+    (course / "grader" / "checks" / "staff_only.py").write_text("# grader: private\nHIDDEN_SEEDS = [1, 2, 3]\n")
+    out = tmp_path / "student"
+    assert export(course, out, "p6").returncode == 0
+    assert not (out / "grader" / "checks" / "staff_only.py").exists()
+    assert not (out / "assignments" / "p5").exists() and not (out / "grader" / "practicals" / "p5.py").exists()
+    assert (out / "grader" / "practicals" / "p6.py").exists()
+
+
+@pytest.mark.slow
+def test_the_exported_repository_self_checks_on_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "student"
+    assert export(ROOT, out, "p6").returncode == 0
+    env = {**os.environ, "PYTHONPATH": str(out)}
+    code = "import grader, sys; sys.exit(0 if grader.__file__.startswith(sys.argv[1]) else 1)"
+    assert subprocess.run([sys.executable, "-c", code, str(out)], cwd=out, env=env).returncode == 0
+    done = subprocess.run([sys.executable, "-m", "grader", "check", "p6", "--world-size", "2", "--results", str(tmp_path / "r.json")], cwd=out, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "the script stops at TODO 1" in done.stdout
