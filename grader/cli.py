@@ -10,6 +10,10 @@
     python -m grader new ID --title T             a new practical from templates/practical/
     python -m grader calibrate PRACTICAL          baselines of the reference solution on this machine
     python -m grader collect RESULTS_DIR --csv F  grades out (latest submission before a deadline)
+    python -m grader submit P DIR --results-dir R a grading job (Slurm or local); --wait for the result
+    python -m grader dispatch --results-dir R     start, watch and retry the queued gradings
+    python -m grader hook install REPO ...        grade every git push to a bare repository
+    python -m grader status --results-dir R       what was graded, what is queued
 
 Exit status of grade/check: 0 when grading completed (whatever the score), 1 when the grader
 itself could not grade (the results file then holds an "Autograder error" entry), 2 for a
@@ -18,10 +22,12 @@ command line that cannot be understood.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -31,18 +37,21 @@ from grader.assign.markers import MarkerError
 from grader.assign.scaffold import ScaffoldError, new_practical
 from grader.assign.release import differences, release_practical, write
 from grader.course import Course, CourseError, Practical, find_course_root, load_course, load_practical
-from grader.checks import timing
 from grader.collect import collect, parse_time, write_answers, write_grades
 from grader.grade import calibration
-from grader.grade.pipeline import GradeOptions, execute, grade
-from grader.results.gradescope import write_results
+from grader.grade.pipeline import GradeOptions
+from grader.results.gradescope import read_scores, write_results
 from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
-from grader.run.local import LocalRunner
-from grader.run.sandbox import Limits, open_sandbox
+from grader.grade.session import grade_folder
 from grader.run.virtual_env import virtual_gpu_environment
 from grader.spec import SpecError
-from grader.store import ResultsStore
+from grader.store import ResultsStore, StoreError
+from grader.submit import hook
+from grader.submit.backends import Backend, LocalBackend, SlurmBackend
+from grader.submit.dispatch import dispatch, inbox, job_minutes, settle, wait
+from grader.submit.queue import Queue, Submission
+from grader.submit.worker import work
 
 
 def _positive_int(text: str) -> int:
@@ -117,6 +126,47 @@ def _parser() -> argparse.ArgumentParser:
     col.add_argument("--answers", type=Path, help="where to write the free-text answers (default: next to --csv)")
     col.add_argument("--deadline", help="ISO 8601 time; later submissions are flagged (UTC without a zone)")
 
+    def backend_options(sub: argparse.ArgumentParser, job_options: bool = True) -> None:
+        sub.add_argument("--results-dir", type=Path, required=True, help="the results store (a shared folder)")
+        sub.add_argument("--backend", choices=("local", "slurm"), default="local", help="where grading jobs run (default: local)")
+        if job_options:  # kept with each queued submission, so they hold for its retries too
+            sub.add_argument("--partition", help="Slurm partition")
+            sub.add_argument("--time", type=_positive_int, help="Slurm time limit of a grading job, minutes (default: the spec's budget + 5)")
+            sub.add_argument("--gpus", type=_count, default=0, help="GPUs to ask Slurm for (GRES)")
+
+    su = commands.add_parser("submit", help="queue a grading job for a folder (on Slurm or locally)")
+    su.add_argument("practical")
+    su.add_argument("submission", type=Path)
+    backend_options(su)
+    su.add_argument("--student", default=os.environ.get("USER") or "unknown", help="whose submission (default: $USER)")
+    su.add_argument("--commit", help="the submission's version (default: a digest of its files)")
+    su.add_argument("--world-size", type=_positive_int, help="one run of N ranks instead of the spec's runs")
+    su.add_argument("--wait", action="store_true", help="wait for the result and show it")
+
+    d = commands.add_parser("dispatch", help="start queued gradings, watch running ones, retry failed ones")
+    backend_options(d, job_options=False)
+    d.add_argument("--wait", action="store_true", help="until the queue is empty")
+    d.add_argument("--timeout", type=_positive_float, default=3600, help="seconds to wait at most (with --wait)")
+
+    w = commands.add_parser("work", help=argparse.SUPPRESS)
+    w.add_argument("--results-dir", type=Path, required=True)
+    w.add_argument("key")
+
+    h = commands.add_parser("hook", help="git: install the post-receive hook of a bare repository")
+    hooks = h.add_subparsers(dest="hook_command", required=True)
+    hi = hooks.add_parser("install", help="install the hook")
+    hi.add_argument("repo", type=Path, help="the bare repository")
+    backend_options(hi)
+    hi.add_argument("--student", help="whose repository (default: its folder name without .git)")
+    hr = hooks.add_parser("receive", help=argparse.SUPPRESS)
+    hr.add_argument("--repo", type=Path, required=True)
+    hr.add_argument("--student", required=True)
+    backend_options(hr)
+
+    st = commands.add_parser("status", help="what was graded, what is queued")
+    st.add_argument("--results-dir", type=Path, required=True)
+    st.add_argument("--student", help="only this student")
+
     r = commands.add_parser("run", help="run any command on virtual GPUs: run --virtual-gpus 4 -- python train.py")
     r.add_argument("--virtual-gpus", type=_count, default=2, help="CUDA devices to pretend (default 2)")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- torchrun --nproc_per_node=2 train.py")
@@ -132,26 +182,12 @@ def _course(args: argparse.Namespace) -> Course:
 
 
 def _grade_folder(practical: Practical, folder: Path, options: GradeOptions, keep_work: bool, official: bool = False) -> GradingReport:
-    if not folder.is_dir():
-        return GradingReport.failure(practical.id, f"the submission folder {folder} does not exist")
-    official = official or practical.assignment.sandbox == "required"
-    limits = Limits(cpu_s=int((options.total_timeout_s or practical.assignment.total_timeout_s) + 60))
-    sandbox = open_sandbox(limits)
-    if isinstance(sandbox, str):
-        if official:
-            return GradingReport.failure(practical.id, f"official grading runs student code only in the sandbox, and there is none here: {sandbox}")
-        print(f"warning: no sandbox ({sandbox}); the code runs with your own rights — fine for a self-check, refused by official grading", file=sys.stderr)
-        sandbox = None
-    work = Path(tempfile.mkdtemp(prefix=f"grader-{practical.id}-"))
-    try:
-        return grade(practical, folder.resolve(), LocalRunner(work, sandbox=sandbox), options)
-    finally:
-        if sandbox is not None:
-            sandbox.release()
-        if keep_work:
-            print(f"working folder kept: {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+    graded = grade_folder(practical, folder, options, official=official, keep_work=keep_work)
+    if graded.warning:
+        print(f"warning: {graded.warning}", file=sys.stderr)
+    if graded.kept:
+        print(f"working folder kept: {graded.kept}", file=sys.stderr)
+    return graded.report
 
 
 def _options(args: argparse.Namespace, public_only: bool) -> GradeOptions:
@@ -267,29 +303,13 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     course = _course(args)
-    practical = load_practical(course, args.practical)
-    best: dict[str, dict] = {}
-    for _ in range(args.repeat):
-        sandbox = open_sandbox()
-        work = Path(tempfile.mkdtemp(prefix=f"grader-calibrate-{practical.id}-"))
-        try:
-            execution = execute(practical, course.solution_dir(practical.id), LocalRunner(work, sandbox=None if isinstance(sandbox, str) else sandbox), GradeOptions())
-        finally:
-            if not isinstance(sandbox, str):
-                sandbox.release()
-            shutil.rmtree(work, ignore_errors=True)
-        if isinstance(execution, GradingReport):
-            print(f"error: {execution.error}", file=sys.stderr)
-            return 1
-        for name, run in execution.results.items():
-            measured = timing.summary(run)
-            if measured and (name not in best or measured["median_step_s"] < best[name]["median_step_s"]):
-                best[name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in measured.items()}
-    env = execution.environment
-    key = calibration.machine_key(env["cuda_gpus"], env["devices"].split(" × ", 1)[-1] if env["cuda_gpus"] else "")
-    path = calibration.record(course, practical.id, key, best, env["torch"])
-    print(f"{practical.id} on {key}:")
-    for name, values in sorted(best.items()):
+    try:
+        key, measured, path = calibration.calibrate(course, load_practical(course, args.practical), args.repeat)
+    except calibration.CalibrationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.practical} on {key}:")
+    for name, values in sorted(measured.items()):
         print(f"  {name}: median step {values['median_step_s'] * 1000:.2f} ms over {values['steps']} steps")
     print(f"recorded in {path}")
     return 0
@@ -325,6 +345,114 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 127
 
 
+def _backend(args: argparse.Namespace) -> Backend:
+    return SlurmBackend() if args.backend == "slurm" else LocalBackend()
+
+
+def _job_options(args: argparse.Namespace) -> dict:
+    """The options of a grading job that are kept with its queued submission."""
+    return {"gpus": args.gpus, "partition": args.partition, "time_min": args.time}
+
+
+def _folder_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and ".git" not in p.parts):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def load_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    course = _course(args)
+    practical = load_practical(course, args.practical)
+    if not args.submission.is_dir():
+        print(f"error: {args.submission} is not a folder", file=sys.stderr)
+        return 1
+    store = ResultsStore(args.results_dir)
+    time_min = args.time or job_minutes(course, practical.id)
+    options = {**_job_options(args), "time_min": time_min, "world_size": args.world_size}
+    submission = Submission(
+        student=args.student,
+        practical=practical.id,
+        commit=args.commit or _folder_digest(args.submission),
+        source={"kind": "folder", "path": ""},
+        backend=args.backend,
+        options=options,
+    )
+    try:
+        submission.source["path"] = str(inbox(store, submission.key))
+        status = Queue(store).add(submission)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if status == "queued":
+        shutil.copytree(args.submission, inbox(store, submission.key), symlinks=True, dirs_exist_ok=True)
+        print(f"queued {submission.practical} for {submission.student} @{submission.commit}: {settle(Queue(store), submission, course, _backend(args))}")
+    else:
+        print(f"{submission.practical} for {submission.student} @{submission.commit}: {status}")
+    if not args.wait:
+        return 0
+    if not wait(store, course, _backend(args), {submission.key}, timeout_s=time_min * 60 + 600, report=print):
+        print("error: no result in time; the submission stays queued", file=sys.stderr)
+        return 1
+    path = store.path_for(submission.student, submission.practical, submission.commit)
+    scores = read_scores(load_json(path))
+    print(f"graded: {scores.total:g} points; {', '.join(f'{c} {s:g}' for c, s in scores.checks.items())}\nresults: {path}")
+    return 0
+
+
+def cmd_dispatch(args: argparse.Namespace) -> int:
+    course = _course(args)
+    store = ResultsStore(args.results_dir)
+    if args.wait:
+        return 0 if wait(store, course, _backend(args), timeout_s=args.timeout, report=print) else 1
+    for key, what in dispatch(store, course, _backend(args)).items():
+        print(f"{key}: {what}")
+    return 0
+
+
+def cmd_work(args: argparse.Namespace) -> int:
+    print(work(ResultsStore(args.results_dir), _course(args), args.key), flush=True)
+    return 0
+
+
+def cmd_hook(args: argparse.Namespace) -> int:
+    course = _course(args)
+    if args.hook_command == "install":
+        try:
+            path = hook.install(args.repo, args.results_dir, args.backend, _job_options(args), course.root, args.student)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"installed {path}")
+        return 0
+    try:
+        store = ResultsStore(args.results_dir)
+        command = hook.dispatcher_command(course.root, store.root, args.backend)
+        hook.receive(sys.stdin, args.repo, store, course, args.student, args.backend, _job_options(args), lambda: hook.start_detached(command, store.root / "logs" / "dispatch.log"), sys.stdout)
+    except Exception as exc:  # noqa: BLE001 - never break a push
+        print(f"grading could not take this push ({type(exc).__name__}: {exc}); it is recorded in git and will be graded later")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    store = ResultsStore(args.results_dir)
+    rows = [e for e in store.entries() if args.student in (None, e.student)]
+    for entry in rows:
+        scores = read_scores(entry.document)
+        maximum = entry.document.get("extra_data", {}).get("max_score", "?")
+        print(f"{entry.student:<16} {entry.practical:<5} {entry.commit[:10]:<10} {scores.total:>6g}/{maximum:<6g} graded {entry.provenance.get('graded_at', '?')}")
+    for submission in Queue(store).pending():
+        if args.student in (None, submission.student):
+            print(f"{submission.student:<16} {submission.practical:<5} {submission.commit[:10]:<10} {submission.state} ({submission.history[-1] if submission.history else ''})")
+    if not rows and not Queue(store).pending():
+        print("nothing graded or queued")
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     return cmd_grade(args, public_only=True)
 
@@ -340,6 +468,11 @@ COMMANDS = {
     "new": cmd_new,
     "calibrate": cmd_calibrate,
     "collect": cmd_collect,
+    "submit": cmd_submit,
+    "dispatch": cmd_dispatch,
+    "work": cmd_work,
+    "hook": cmd_hook,
+    "status": cmd_status,
 }
 
 

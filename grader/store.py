@@ -6,6 +6,8 @@ Layout (under the store's root):
     <student>/<practical>/<commit>.json     the Gradescope results.json of that commit, with
                                             extra_data.provenance (below)
     queue/<student>--<practical>--<commit>.json   submissions waiting to be graded (or retried)
+    inbox/<student>--<practical>--<commit>/       the files of a `grader submit` until graded
+    logs/<student>--<practical>--<commit>.log     the grading job's output (and .sbatch script)
 
 provenance: student, practical, commit, submitted_at (ISO 8601), graded_at, grader version,
 template version (the released template's commit, when known), node, GPUs, attempt.
@@ -23,6 +25,7 @@ from typing import Any, Iterator
 from grader.files import write_atomically
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+RESERVED = frozenset({"queue", "inbox", "logs"})  # the store's own folders, never a student
 
 
 class StoreError(ValueError):
@@ -57,6 +60,8 @@ class ResultsStore:
         self.root = Path(root)
 
     def path_for(self, student: str, practical: str, commit: str) -> Path:
+        if student in RESERVED:
+            raise StoreError(f"student {student!r} is a name the results store keeps for itself")
         return self.root / safe_name(student, "student") / safe_name(practical, "practical") / f"{safe_name(commit, 'commit')}.json"
 
     def has(self, student: str, practical: str, commit: str) -> bool:
@@ -73,7 +78,7 @@ class ResultsStore:
         """Every stored grading (files that cannot be read are passed over)."""
         for path in sorted(self.root.glob("*/*/*.json")):
             student, practical = path.parent.parent.name, path.parent.name
-            if student == "queue":
+            if student in RESERVED:
                 continue
             try:
                 document = json.loads(path.read_text(encoding="utf-8"))

@@ -12,20 +12,11 @@ import pytest
 
 from grader.run import procs
 from grader.run.local import TOKEN_VARIABLE
-from grader.run.sandbox import UID_POOL, open_sandbox
-from helpers import grade_in_process
+from grader.run.sandbox import UID_POOL
+from helpers import grade_in_process, needs, sandbox_problem
 from hostile_corpus import CASES, ROOT, Case
 
-
-def sandbox_here() -> str | None:
-    sandbox = open_sandbox()
-    if isinstance(sandbox, str):
-        return sandbox
-    sandbox.release()
-    return None
-
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(sandbox_here() is not None, reason=f"no sandbox here: {sandbox_here()}")]
+pytestmark = [pytest.mark.slow, needs("sandbox", sandbox_problem())]
 
 
 def _owner_and_mode(path: Path) -> tuple[int, int, int]:

@@ -7,8 +7,8 @@ What goes in is an allow-list, nothing else:
                            modules of the exported practicals (a module that starts with the line
                            `# grader: private` never goes out)
   pyproject.toml, scripts/setup.sh
-  course.yaml, README.md,  made for the export (the practicals it holds)
-  .github/workflows/       from templates/student/
+  course.yaml, README.md   made for the export (README from templates/student/)
+  .github/workflows/student-self-check.yml   the self-check on every push
 Every export is scanned before anything is written: a line of any practical's solution, a
 solution marker, or a hidden check's id or title in a spec or README makes it refuse, naming
 the file, the line and what leaked.
@@ -26,6 +26,7 @@ from grader.course import Course, load_practical
 
 PRIVATE = "# grader: private"
 STUDENT_TEMPLATES = Path("templates") / "student"
+STUDENT_WORKFLOW = ".github/workflows/student-self-check.yml"
 
 
 class ExportRefused(Exception):
@@ -96,7 +97,8 @@ def build_export(course: Course, practicals: list[str]) -> Export:
     templates = course.root / STUDENT_TEMPLATES
     for path in sorted(templates.rglob("*")) if templates.is_dir() else []:
         if path.is_file():
-            files[path.relative_to(templates).as_posix()] = path.read_bytes().replace(b"{{practicals}}", " ".join(practicals).encode())
+            files[path.relative_to(templates).as_posix()] = path.read_bytes()
+    files[STUDENT_WORKFLOW] = (course.root / STUDENT_WORKFLOW).read_bytes()
     public = public_lines(course)
     secrets = [line for practical in course.practicals for line in solution_lines(course, practical, public)]
     leaks: list[Leak] = scan(files, secrets, hidden_checks)

@@ -19,8 +19,11 @@ from pathlib import Path
 
 import yaml
 
-from grader.course import Course
+from grader.checks import timing
+from grader.course import Course, Practical
 from grader.files import write_atomically
+from grader.grade.pipeline import GradeOptions
+from grader.results.model import GradingReport
 
 FOLDER = "calibration"
 
@@ -64,3 +67,28 @@ def record(course: Course, practical: str, key: str, runs: dict, torch_version: 
     text += yaml.safe_dump({"machines": machines}, sort_keys=True, allow_unicode=True)
     write_atomically(path, text)
     return path
+
+
+class CalibrationError(Exception):
+    """The reference solution could not be measured."""
+
+
+def calibrate(course: Course, practical: Practical, repeat: int) -> tuple[str, dict, Path]:
+    """Grade the reference solution `repeat` times here; record each run's fastest median step
+    time. Returns the machine key, the measurements and the file they went to."""
+    from grader.grade.session import execute_folder
+
+    best: dict[str, dict] = {}
+    environment: dict = {}
+    for _ in range(repeat):
+        execution = execute_folder(practical, course.solution_dir(practical.id), GradeOptions()).execution
+        if isinstance(execution, GradingReport):
+            raise CalibrationError(execution.error or "the reference solution could not be run")
+        environment = execution.environment
+        for name, run in execution.results.items():
+            measured = timing.summary(run)
+            if measured and (name not in best or measured["median_step_s"] < best[name]["median_step_s"]):
+                best[name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in measured.items()}
+    gpus = environment.get("cuda_gpus", 0)
+    key = machine_key(gpus, environment.get("devices", "").split(" × ", 1)[-1] if gpus else "")
+    return key, best, record(course, practical.id, key, best, environment.get("torch", ""))

@@ -1,0 +1,61 @@
+"""Grading a folder on this machine: the sandbox when there is one (required when official),
+a fresh working folder, the local runner, the pipeline."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.course import Practical
+from grader.grade.pipeline import Execution, GradeOptions, execute, judge
+from grader.results.model import GradingReport
+from grader.run.local import LocalRunner
+from grader.run.sandbox import Limits, open_sandbox
+
+
+@dataclass(frozen=True)
+class Executed:
+    execution: Execution | GradingReport  # a report when the grader could not run it
+    warning: str | None = None  # for the person watching (e.g. no sandbox)
+    kept: Path | None = None  # the working folder, when asked to keep it
+
+
+@dataclass(frozen=True)
+class Graded:
+    report: GradingReport
+    warning: str | None = None
+    kept: Path | None = None
+
+
+def execute_folder(practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False) -> Executed:
+    """Run `folder`'s code for `practical`; official runs (or a spec saying `sandbox:
+    required`) refuse to go without the sandbox."""
+    if not folder.is_dir():
+        return Executed(GradingReport.failure(practical.id, f"the submission folder {folder} does not exist"))
+    official = official or practical.assignment.sandbox == "required"
+    limits = Limits(cpu_s=int((options.total_timeout_s or practical.assignment.total_timeout_s) + 60))
+    sandbox = open_sandbox(limits)
+    warning = None
+    if isinstance(sandbox, str):
+        if official:
+            return Executed(GradingReport.failure(practical.id, f"official grading runs student code only in the sandbox, and there is none here: {sandbox}"))
+        warning = f"no sandbox ({sandbox}); the code runs with your own rights — fine for a self-check, refused by official grading"
+        sandbox = None
+    work = Path(tempfile.mkdtemp(prefix=f"grader-{practical.id}-"))
+    try:
+        execution = execute(practical, folder.resolve(), LocalRunner(work, sandbox=sandbox), options)
+    finally:
+        if sandbox is not None:
+            sandbox.release()
+        if not keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+    return Executed(execution, warning, work if keep_work else None)
+
+
+def grade_folder(practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False) -> Graded:
+    """Grade `folder` (see execute_folder)."""
+    executed = execute_folder(practical, folder, options, official=official, keep_work=keep_work)
+    execution = executed.execution
+    report = execution if isinstance(execution, GradingReport) else judge(practical, execution, options)
+    return Graded(report, executed.warning, executed.kept)

@@ -1,0 +1,125 @@
+"""Settling the queue: start what is queued, watch what runs, and decide for each finished
+job without a result:
+
+  TIMEOUT                          the job ran past its Slurm time limit: a graded result says
+                                   so (every check failed with that message); not retried
+  CANCELLED, NODE_FAIL, FAILED,    the infrastructure failed: queued again, up to MAX_ATTEMPTS,
+  a vanished job, a worker that    then an autograder-error result is stored
+  ended without a word
+
+`dispatch` is safe to run at any time and from several places (a git hook, `submit --wait`,
+a cron job): a submission with a result is never graded again.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from grader.course import Course, load_practical
+from grader.results.gradescope import to_gradescope
+from grader.results.model import CheckResult, GradingReport, Status
+from grader.store import ResultsStore
+from grader.submit.backends import Backend, BackendDown, JobState, work_command
+from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
+from grader.submit.worker import provenance, store_failure
+
+
+def timeout_report(course: Course, submission: Submission, minutes: int) -> GradingReport:
+    """The graded result of a job stopped at its time limit."""
+    spec = load_practical(course, submission.practical).assignment
+    message = f"not graded: the grading job ran past its time limit ({minutes} min) and was stopped; the code probably hangs or is far too slow"
+    checks = tuple(CheckResult(c.id, c.title, n, 0.0, c.points, Status.FAILED, message, visibility=c.visibility) for n, c in enumerate(spec.checks, 1))
+    return GradingReport(submission.practical, spec.title, checks, environment={"isolation": "the job was stopped by the scheduler"})
+
+
+def job_minutes(course: Course, practical: str) -> int:
+    """A grading job's default time limit: the spec's whole grading budget and 5 minutes for
+    starting up and storing the result."""
+    return int(load_practical(course, practical).assignment.total_timeout_s // 60 + 5)
+
+
+def _start(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:
+    if not submission.options.get("time_min"):
+        submission.options["time_min"] = job_minutes(course, submission.practical)
+    log = queue.store.root / "logs" / f"{submission.key}.log"
+    try:
+        job = backend.dispatch(submission, work_command(course.root, queue.store.root, submission.key), log)
+    except BackendDown as exc:
+        submission.note(f"not started, the backend is down: {exc}")
+        queue.save(submission)
+        return "waiting (grading is down; it will be graded when it is back)"
+    submission.state, submission.job, submission.backend = "dispatched", job, backend.name
+    submission.note(f"started as job {job}")
+    queue.save(submission)
+    return f"started as job {job}"
+
+
+def settle(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:
+    """Move one queued submission on; return what happened."""
+    with queue.hold(submission.key) as mine:
+        if not mine:
+            return "being dispatched by another process"
+        return _settle(queue, submission.key, course, backend)
+
+
+def _settle(queue: Queue, key: str, course: Course, backend: Backend) -> str:
+    store = queue.store
+    if not queue.exists(key):
+        return "graded"
+    submission = queue.load(key)
+    if store.has(submission.student, submission.practical, submission.commit):
+        queue.remove(key)
+        return "graded"
+    if submission.state == "queued":
+        return _start(queue, submission, course, backend)
+    state = backend.state(submission.job or "")
+    if not state.finished:
+        return state.value.lower()
+    current = queue.load(key) if queue.exists(key) else None  # the job may have written it meanwhile
+    if current is None or store.has(submission.student, submission.practical, submission.commit):
+        queue.remove(key)
+        return "graded"
+    if current.state == "queued":  # the worker asked for a retry after a grader failure
+        return _start(queue, current, course, backend)
+    if state is JobState.TIMEOUT:
+        report = timeout_report(course, current, int(current.options.get("time_min") or 0))
+        store.save(to_gradescope(report), provenance(current, course, report))
+        queue.remove(key)
+        return f"job {current.job} timed out: recorded as such"
+    current.attempts += 1
+    current.note(f"job {current.job} ended {state.value} without a result (attempt {current.attempts})")
+    if current.attempts >= MAX_ATTEMPTS:
+        store_failure(store, current, course, f"the grading job failed {current.attempts} times ({state.value}); course staff will regrade it")
+        queue.remove(key)
+        return f"gave up after {current.attempts} attempts: an autograder error is recorded"
+    current.state, current.job = "queued", None
+    queue.save(current)
+    return f"job ended {state.value}; {_start(queue, current, course, backend)}"
+
+
+def dispatch(store: ResultsStore, course: Course, backend: Backend) -> dict[str, str]:
+    """One pass over the queue: key -> what happened to it."""
+    queue = Queue(store)
+    return {submission.key: settle(queue, submission, course, backend) for submission in queue.pending()}
+
+
+def wait(store: ResultsStore, course: Course, backend: Backend, keys: set[str] | None = None, timeout_s: float = 3600, poll_s: float = 1.0, report=None) -> bool:
+    """Dispatch until the queue (or the `keys` of it) is empty; False at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        happened = dispatch(store, course, backend)
+        for key, what in happened.items():
+            if report is not None and last.get(key) != what:
+                report(f"{key}: {what}")
+        last = happened
+        left = {s.key for s in Queue(store).pending()}
+        if not (left & keys if keys is not None else left):
+            return True
+        time.sleep(poll_s)
+    return False
+
+
+def inbox(store: ResultsStore, key: str) -> Path:
+    """Where a folder submission is kept until graded (on the shared file system)."""
+    return store.root / "inbox" / key

@@ -1,0 +1,135 @@
+"""Submissions by `git push`: a post-receive hook in each student's bare repository.
+
+On every push to the default branch, each practical whose folder (assignments/<id>/)
+changed is queued for the pushed commit — that record is made first, in the store on this
+machine, so the push is never lost. The hook then starts a detached dispatcher (its output
+goes to the store's logs/dispatch.log, never to git's pipe, so it cannot hold the push
+open), waits a few seconds to tell the student what became of each submission
+(`remote: queued p6 @abc1234: started as job 42`), and always exits 0: it never blocks or
+breaks a push, also when grading is down — the record stays queued, and the next dispatch
+(the next push, `grader dispatch`, a cron job) starts it.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterable, TextIO
+
+from grader.course import Course
+from grader.store import ResultsStore, safe_name
+from grader.submit.queue import Queue, Submission
+from grader.submit.worker import git_free_environment
+
+ZERO = "0" * 40
+BRANCHES = ("refs/heads/main", "refs/heads/master")
+KEPT_ENVIRONMENT = ("SLURM_CONF", "PATH")
+DOWN = "waiting (grading is down; it will be graded when it is back)"
+UNDECIDED = "recorded; grading starts when the cluster answers"
+
+
+def job_arguments(options: dict) -> list[str]:
+    """`options` (gpus, partition, time_min) as command-line options of `hook receive`."""
+    names = {"gpus": "--gpus", "partition": "--partition", "time_min": "--time"}
+    return [part for key, flag in names.items() if options.get(key) for part in (flag, str(options[key]))]
+
+
+def install(repo: Path, results_dir: Path, backend: str, options: dict, course_root: Path, student: str | None = None) -> Path:
+    """Write the repository's post-receive hook; returns its path."""
+    if not (repo / "HEAD").is_file() or not (repo / "objects").is_dir():
+        raise ValueError(f"{repo} is not a bare git repository")
+    student = safe_name(student or repo.name.removesuffix(".git"), "student")
+    exports = "".join(f"export {name}={shlex.quote(os.environ[name])}\n" for name in KEPT_ENVIRONMENT if os.environ.get(name))
+    command = [sys.executable, "-m", "grader", "--course-root", str(Path(course_root).resolve()), "hook", "receive", "--repo", str(repo.resolve()), "--results-dir", str(results_dir.resolve()), "--backend", backend, *job_arguments(options), "--student", student]
+    hook = repo / "hooks" / "post-receive"
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text(
+        "#!/bin/sh\n"
+        "# Installed by `python -m grader hook install`: queue each pushed commit for grading.\n"
+        "# Whatever happens here, the push itself has already succeeded.\n"
+        f"{exports}"
+        f"{' '.join(shlex.quote(part) for part in command)} || echo 'grading could not take this push; it is recorded in git and will be graded later'\n"
+        "exit 0\n"
+    )
+    hook.chmod(0o755)
+    return hook
+
+
+def changed_practicals(repo: Path, old: str, new: str, practicals: tuple[str, ...]) -> list[str]:
+    """The practicals whose folder the push changed (all present ones for a new branch)."""
+    git = ["git", "--git-dir", str(repo)]
+    if old == ZERO:
+        done = subprocess.run([*git, "ls-tree", "-r", "--name-only", new, "assignments/"], capture_output=True, text=True)
+    else:
+        done = subprocess.run([*git, "diff", "--name-only", old, new, "--", "assignments/"], capture_output=True, text=True)
+    folders = {line.split("/")[1] for line in done.stdout.splitlines() if line.count("/") >= 2}
+    return [p for p in practicals if p in folders]
+
+
+def start_detached(command: list[str], log: Path) -> None:
+    """Start `command` in its own session, its output to `log`: it outlives the hook and
+    holds none of git's pipes."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as handle:
+        subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=git_free_environment())
+
+
+def dispatcher_command(course_root: Path, results_dir: Path, backend: str) -> list[str]:
+    return [sys.executable, "-m", "grader", "--course-root", str(course_root), "dispatch", "--results-dir", str(results_dir), "--backend", backend]
+
+
+def describe(queue: Queue, submission: Submission) -> str | None:
+    """What became of a queued submission, for its receipt (None: not known yet)."""
+    if not queue.exists(submission.key):
+        return "graded" if queue.store.has(submission.student, submission.practical, submission.commit) else None
+    try:
+        current = queue.load(submission.key)
+    except (OSError, ValueError, TypeError):
+        return None
+    if current.state == "dispatched" and current.job:
+        return f"started as job {current.job}"
+    if current.history and "not started" in current.history[-1]:
+        return DOWN
+    return None
+
+
+def receive(lines: Iterable[str], repo: Path, store: ResultsStore, course: Course, student: str, backend: str, options: dict, start_dispatcher: Callable[[], None], out: TextIO, wait_s: float = 3.0) -> None:
+    """Handle a push (post-receive's stdin lines 'old new ref'): queue what it changed, start
+    the dispatcher, print one receipt per practical to `out` within about `wait_s`."""
+    queue = Queue(store)
+    queued: list[Submission] = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 3 or parts[2] not in BRANCHES or parts[1] == ZERO:
+            continue
+        old, new, _ = parts
+        practicals = changed_practicals(repo, old, new, course.practicals)
+        if not practicals:
+            print(f"nothing to grade in {new[:7]} (no practical's folder changed)", file=out)
+        for practical in practicals:
+            submission = Submission(student=student, practical=practical, commit=new, source={"kind": "git", "repo": str(repo)}, backend=backend, options=dict(options))
+            status = queue.add(submission)
+            if status == "queued":
+                queued.append(submission)
+            else:
+                print(f"{practical} @{new[:7]}: {status}", file=out)
+    if not queued:
+        return
+    try:
+        start_dispatcher()
+    except Exception as exc:  # noqa: BLE001 - a push must never fail for grading's sake
+        for submission in queued:
+            print(f"queued {submission.practical} @{submission.commit[:7]}: {DOWN} ({type(exc).__name__})", file=out)
+        return
+    receipts: dict[str, str | None] = {}
+    deadline = time.monotonic() + wait_s
+    while True:
+        receipts = {s.key: describe(queue, s) for s in queued}
+        if all(receipts.values()) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    for submission in queued:
+        print(f"queued {submission.practical} @{submission.commit[:7]}: {receipts[submission.key] or UNDECIDED}", file=out)

@@ -1,0 +1,123 @@
+"""Submission by `git push`, end to end with real parts: bare repositories with the installed
+post-receive hook, students' clones pushing to them, grading jobs that run the sandboxed
+grading (local processes, or a real single-node Slurm), and the results store."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, git, needs, run_cli, sandbox_problem
+from p6_variants import VARIANTS
+from slurm_cluster import SlurmCluster, slurm_problem
+
+pytestmark = [pytest.mark.slow, needs("sandbox", sandbox_problem())]
+WRONG = next(v for v in VARIANTS if v.name == "not_wrapped")
+
+
+def course_repository(tmp_path: Path, student: str, results: Path, *hook_args: str, env: dict | None = None) -> Path:
+    """A student's bare repository holding the released templates, with the grading hook,
+    and the student's clone of it (returned)."""
+    seed = tmp_path / f"{student}-seed"
+    shutil.copytree(ROOT / "assignments", seed / "assignments")
+    git("init", "-q", cwd=seed)
+    git("add", "-A", cwd=seed)
+    git("commit", "-qm", "the course's templates", cwd=seed)
+    bare = tmp_path / f"{student}.git"
+    git("clone", "-q", "--bare", str(seed), str(bare), cwd=tmp_path)
+    done = run_cli("hook", "install", str(bare), "--results-dir", str(results), *hook_args, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == f"installed {bare / 'hooks' / 'post-receive'}", done.stderr
+    clone = tmp_path / student
+    git("clone", "-q", str(bare), str(clone), cwd=tmp_path)
+    return clone
+
+
+def commit_solution(clone: Path, folder: Path, message: str) -> str:
+    """Put `folder`'s p6 script into the clone's assignments/p6 and commit; the commit's id."""
+    shutil.copy(folder / "p6_ddp.py", clone / "assignments" / "p6" / "p6_ddp.py")
+    git("commit", "-qam", message, cwd=clone)
+    return git("rev-parse", "HEAD", cwd=clone)
+
+
+def push(clone: Path) -> str:
+    """`git push` as the student sees it: what the remote said (git prints it on stderr)."""
+    import subprocess
+
+    done = subprocess.run(["git", "push", "-q", "origin", "main"], cwd=clone, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return "\n".join(line.removeprefix("remote: ").strip() for line in done.stderr.splitlines() if line.startswith("remote:"))
+
+
+def stored(results: Path, student: str, commit: str) -> dict:
+    return json.loads((results / student / "p6" / f"{commit}.json").read_text())
+
+
+def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    alice = course_repository(tmp_path, "alice", results)
+    bob = course_repository(tmp_path, "bob", results)
+    alice_commit = commit_solution(alice, ROOT / "solutions" / "p6", "DDP done")
+    bob_commit = commit_solution(bob, WRONG.write(tmp_path / "wrong", "p6"), "DDP, I think")
+
+    receipt = push(alice)
+    assert receipt.startswith(f"queued p6 @{alice_commit[:7]}: started as job local-"), receipt
+    assert push(bob).startswith(f"queued p6 @{bob_commit[:7]}: started as job local-")
+    (alice / "notes.md").write_text("to do: read about NCCL\n")
+    git("add", "notes.md", cwd=alice)
+    git("commit", "-qm", "notes", cwd=alice)
+    assert push(alice) == f"nothing to grade in {git('rev-parse', 'HEAD', cwd=alice)[:7]} (no practical's folder changed)"
+
+    done = run_cli("dispatch", "--results-dir", str(results), "--wait", "--timeout", "240")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    good, wrong = stored(results, "alice", alice_commit), stored(results, "bob", bob_commit)
+    assert good["score"] == good["extra_data"]["max_score"] == 18
+    assert 0 < wrong["score"] < 18
+    assert "no all-reduce at all: is the model wrapped in DistributedDataParallel?" in json.dumps(wrong["tests"])
+    for document, student, commit in ((good, "alice", alice_commit), (wrong, "bob", bob_commit)):
+        provenance = document["extra_data"]["provenance"]
+        assert (provenance["student"], provenance["commit"], provenance["backend"], provenance["attempt"]) == (student, commit, "local", 1)
+        assert provenance["isolation"].startswith("bubblewrap sandbox")
+    assert sorted(p.relative_to(results).as_posix() for p in results.glob("*/p6/*.json")) == sorted([f"alice/p6/{alice_commit}.json", f"bob/p6/{bob_commit}.json"])
+
+    status = run_cli("status", "--results-dir", str(results), "--student", "bob")
+    assert status.stdout.split()[:4] == ["bob", "p6", bob_commit[:10], f"{wrong['score']:g}/18"], status.stdout
+    assert "alice" not in status.stdout
+
+    git("push", "-q", "origin", "main:refs/heads/again", cwd=alice)  # the same commits on another branch: not graded again
+    assert len(list(results.glob("*/p6/*.json"))) == 2
+
+
+@needs("slurm", slurm_problem())
+def test_a_push_while_slurm_is_down_is_graded_once_it_is_back(tmp_path: Path) -> None:
+    cluster = SlurmCluster(tmp_path / "slurm")
+    cluster.write_config()  # configured, not started: the controller does not answer
+    results = tmp_path / "results"
+    clone = course_repository(tmp_path, "carol", results, "--backend", "slurm", "--time", "10", env=cluster.env)
+    commit = commit_solution(clone, ROOT / "solutions" / "p6", "DDP done")
+
+    receipt = push(clone)  # returns within a few seconds although sbatch cannot get through
+    assert receipt in (f"queued p6 @{commit[:7]}: recorded; grading starts when the cluster answers", f"queued p6 @{commit[:7]}: waiting (grading is down; it will be graded when it is back)"), receipt
+    record = results / "queue" / f"carol--p6--{commit}.json"
+    deadline = time.monotonic() + 60
+    while "not started, the backend is down" not in record.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)  # the hook's detached dispatcher is still waiting for sbatch to give up
+    assert "not started, the backend is down: sbatch: " in record.read_text()
+
+    cluster.start()
+    daemons = [process.pid for process in cluster.processes]
+    try:
+        done = run_cli("dispatch", "--results-dir", str(results), "--backend", "slurm", "--wait", "--timeout", "240", env=cluster.env)
+    finally:
+        cluster.stop()
+    assert not any(Path(f"/proc/{pid}").exists() for pid in daemons)  # stopped by process id
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "started as job" in done.stdout
+    document = stored(results, "carol", commit)
+    assert document["score"] == 18
+    provenance = document["extra_data"]["provenance"]
+    assert provenance["slurm_job"] and provenance["attempt"] == 1 and provenance["commit"] == commit
+    assert not record.exists()

@@ -1,0 +1,285 @@
+"""The submission queue, the dispatcher's decisions, the results store and the git hook's
+receipts, with the fake backend (jobs are records a test ends as it likes). The same
+scenarios against a real Slurm and real pushes are in test_slurm.py and test_git_push.py."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from grader.course import load_course
+from grader.store import ResultsStore, StoreError
+from grader.submit import hook
+from grader.submit.backends import FakeBackend, JobState, SlurmBackend
+from grader.submit.dispatch import dispatch
+from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
+from grader.submit.worker import extract, work
+from helpers import ROOT, git
+
+COURSE = load_course(ROOT)
+COMMIT = "c0ffee1234"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ResultsStore:
+    return ResultsStore(tmp_path / "results")
+
+
+def folder_submission(path: Path, student: str = "alice", commit: str = COMMIT) -> Submission:
+    return Submission(student=student, practical="p6", commit=commit, source={"kind": "folder", "path": str(path)}, backend="fake")
+
+
+def graded_document(score: float) -> dict:
+    return {"score": score, "tests": [], "extra_data": {"max_score": 12}}
+
+
+def provenance_of(student: str = "alice", commit: str = COMMIT) -> dict:
+    return {"student": student, "practical": "p6", "commit": commit}
+
+
+def only_job(backend: FakeBackend) -> str:
+    assert len(backend.jobs) == 1, backend.jobs
+    return next(iter(backend.jobs))
+
+
+def test_the_same_commit_is_queued_once_and_graded_once(store: ResultsStore, tmp_path: Path) -> None:
+    queue, backend = Queue(store), FakeBackend()
+    assert queue.add(folder_submission(tmp_path)) == "queued"
+    assert queue.add(folder_submission(tmp_path)) == "already queued"
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "started as job fake-1"}
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "pending"}
+    store.save(graded_document(12), provenance_of())  # what the job's worker does
+    backend.finish("fake-1")
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "graded"}
+    assert queue.pending() == []
+    assert queue.add(folder_submission(tmp_path)) == "graded"
+    assert dispatch(store, COURSE, backend) == {}
+    assert only_job(backend) == "fake-1"
+
+
+def test_a_job_past_its_time_limit_is_recorded_as_timeout_with_feedback(store: ResultsStore, tmp_path: Path) -> None:
+    Queue(store).add(folder_submission(tmp_path))
+    backend = FakeBackend()
+    dispatch(store, COURSE, backend)
+    backend.finish("fake-1", JobState.TIMEOUT)
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "job fake-1 timed out: recorded as such"}
+    document = json.loads(store.path_for("alice", "p6", COMMIT).read_text())
+    assert document["score"] == 0 and document["tests"]
+    assert {t["status"] for t in document["tests"]} == {"failed"}
+    assert all("ran past its time limit (8 min)" in t["output"] for t in document["tests"])  # p6: 180 s budget + 5 min
+    assert only_job(backend) == "fake-1"  # a student's hang is graded, not retried
+
+
+@pytest.mark.parametrize("state", [JobState.CANCELLED, JobState.NODE_FAIL, JobState.FAILED, JobState.UNKNOWN])
+def test_infrastructure_failures_are_retried_then_recorded(store: ResultsStore, tmp_path: Path, state: JobState) -> None:
+    Queue(store).add(folder_submission(tmp_path))
+    backend = FakeBackend()
+    key = f"alice--p6--{COMMIT}"
+    dispatch(store, COURSE, backend)
+    for attempt in range(1, MAX_ATTEMPTS):
+        backend.finish(f"fake-{attempt}", state)
+        assert dispatch(store, COURSE, backend) == {key: f"job ended {state.value}; started as job fake-{attempt + 1}"}
+    backend.finish(f"fake-{MAX_ATTEMPTS}", state)
+    assert dispatch(store, COURSE, backend) == {key: f"gave up after {MAX_ATTEMPTS} attempts: an autograder error is recorded"}
+    document = json.loads(store.path_for("alice", "p6", COMMIT).read_text())
+    assert document["tests"][0]["name"] == "Autograder error"
+    assert f"the grading job failed {MAX_ATTEMPTS} times ({state.value}); course staff will regrade it" in document["tests"][0]["output"]
+    assert len(backend.jobs) == MAX_ATTEMPTS and Queue(store).pending() == []
+
+
+def test_a_result_stored_before_the_job_failed_is_kept(store: ResultsStore, tmp_path: Path) -> None:
+    Queue(store).add(folder_submission(tmp_path))
+    backend = FakeBackend()
+    dispatch(store, COURSE, backend)
+    store.save(graded_document(7), provenance_of())
+    backend.finish("fake-1", JobState.NODE_FAIL)  # the node died after the worker stored the result
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "graded"}
+    assert json.loads(store.path_for("alice", "p6", COMMIT).read_text())["score"] == 7
+    assert only_job(backend) == "fake-1"
+
+
+def test_a_submission_made_while_the_backend_is_down_waits_and_is_started_later(store: ResultsStore, tmp_path: Path) -> None:
+    Queue(store).add(folder_submission(tmp_path))
+    backend = FakeBackend(down=True)
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "waiting (grading is down; it will be graded when it is back)"}
+    (record,) = Queue(store).pending()
+    assert record.state == "queued" and "not started, the backend is down: the fake backend is down" in record.history[-1]
+    backend.down = False
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "started as job fake-1"}
+
+
+def test_a_record_held_by_another_dispatcher_is_left_alone(store: ResultsStore, tmp_path: Path) -> None:
+    queue, backend = Queue(store), FakeBackend()
+    queue.add(folder_submission(tmp_path))
+    with queue.hold(f"alice--p6--{COMMIT}") as mine:
+        assert mine
+        assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "being dispatched by another process"}
+    assert backend.jobs == {}
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "started as job fake-1"}
+
+
+def test_a_worker_that_cannot_find_the_submission_retries_then_records_an_autograder_error(store: ResultsStore, tmp_path: Path) -> None:
+    queue = Queue(store)
+    queue.add(folder_submission(tmp_path / "gone"))
+    key = f"alice--p6--{COMMIT}"
+    for attempt in range(1, MAX_ATTEMPTS):
+        assert work(store, COURSE, key) == f"grader failure, retry {attempt} of {MAX_ATTEMPTS - 1}"
+        assert queue.load(key).state == "queued"
+    assert work(store, COURSE, key).startswith(f"an autograder error is recorded after {MAX_ATTEMPTS} attempts: the grading job failed: FileNotFoundError")
+    document = json.loads(store.path_for("alice", "p6", COMMIT).read_text())
+    assert "the grading job failed: FileNotFoundError" in document["tests"][0]["output"]
+    assert document["extra_data"]["provenance"]["attempt"] == MAX_ATTEMPTS
+    assert queue.pending() == []
+
+
+def test_the_store_refuses_names_that_are_not_plain_file_names(store: ResultsStore, tmp_path: Path) -> None:
+    queue = Queue(store)
+    for student, message in (("../etc", "student '../etc' cannot be used as a file name"), ("queue", "student 'queue' is a name the results store keeps for itself"), ("a--b", "student 'a--b' cannot contain '--'")):
+        with pytest.raises(StoreError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            queue.add(folder_submission(tmp_path, student=student))
+    assert not (store.root / "queue").exists() or queue.pending() == []
+
+
+def test_the_store_lists_results_only_and_leaves_no_temporary_files(store: ResultsStore) -> None:
+    store.save(graded_document(5), provenance_of("bob", "abc1234"))
+    (store.root / "inbox" / "bob--p6--abc1234").mkdir(parents=True)
+    (store.root / "inbox" / "bob--p6--abc1234" / "x.json").write_text("{}")
+    (store.root / "logs").mkdir()
+    entries = list(store.entries())
+    assert [(e.student, e.practical, e.commit, e.document["score"]) for e in entries] == [("bob", "p6", "abc1234", 5)]
+    assert entries[0].provenance == provenance_of("bob", "abc1234")
+    assert sorted(p.name for p in (store.root / "bob" / "p6").iterdir()) == ["abc1234.json"]
+
+
+def test_the_slurm_script_asks_for_gpus_as_gres_and_keeps_the_submission_options(tmp_path: Path) -> None:
+    submission = folder_submission(tmp_path)
+    submission.options = {"gpus": 2, "partition": "gpu-a100", "time_min": 12}
+    script = SlurmBackend().script(submission, ["python", "-m", "grader", "work", "it's"], tmp_path / "job.log")
+    assert script.splitlines() == [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=grade-p6-alice-{COMMIT[:7]}",
+        f"#SBATCH --output={tmp_path / 'job.log'}",
+        f"#SBATCH --chdir={tmp_path}",
+        "#SBATCH --time=12",
+        "#SBATCH --cpus-per-task=1",
+        "#SBATCH --gres=gpu:2",
+        "#SBATCH --partition=gpu-a100",
+        "exec python -m grader work 'it'\"'\"'s'",
+    ]
+
+
+def test_extracting_a_students_archive_never_writes_outside_the_folder(tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        def add(name: str, data: bytes = b"x", link: str | None = None) -> None:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+            else:
+                info.size = len(data)
+            archive.addfile(info, io.BytesIO(data) if link is None else None)
+        add("assignments/p6/ok.py", b"print(1)")
+        add("assignments/p6/../../escaped.txt")
+        add("assignments/p6/out", link=str(tmp_path))
+        add("assignments/p6/out/through_link.txt")
+    buffer.seek(0)
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    with tarfile.open(fileobj=buffer) as archive:
+        extract(archive, "assignments/p6", folder)
+    assert (folder / "ok.py").read_text() == "print(1)"
+    assert (folder / "out").is_symlink()
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "through_link.txt").exists()
+
+
+@pytest.fixture
+def pushed(tmp_path: Path) -> tuple[Path, str, str]:
+    """A bare repository with two commits on main: (repo, first, second); the second changes p6."""
+    work_tree = tmp_path / "clone"
+    (work_tree / "assignments" / "p6").mkdir(parents=True)
+    (work_tree / "assignments" / "p6" / "p6_ddp.py").write_text("print('v1')\n")
+    git("init", "-q", cwd=work_tree)
+    git("add", "-A", cwd=work_tree)
+    git("commit", "-qm", "one", cwd=work_tree)
+    first = git("rev-parse", "HEAD", cwd=work_tree)
+    (work_tree / "assignments" / "p6" / "p6_ddp.py").write_text("print('v2')\n")
+    (work_tree / "notes.txt").write_text("not a practical\n")
+    git("commit", "-qam", "two", cwd=work_tree)
+    second = git("rev-parse", "HEAD", cwd=work_tree)
+    repo = tmp_path / "alice.git"
+    git("clone", "-q", "--bare", str(work_tree), str(repo), cwd=tmp_path)
+    return repo, first, second
+
+
+def receive(lines: list[str], repo: Path, store: ResultsStore, backend: FakeBackend, start=None) -> list[str]:
+    out = io.StringIO()
+    hook.receive(lines, repo, store, COURSE, "alice", backend.name, {"gpus": 1}, start or (lambda: dispatch(store, COURSE, backend)), out, wait_s=0.5)
+    return out.getvalue().splitlines()
+
+
+def test_the_hook_queues_each_pushed_practical_and_says_so(pushed, store: ResultsStore) -> None:
+    repo, first, second = pushed
+    backend = FakeBackend()
+    assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"queued p6 @{second[:7]}: started as job fake-1"]
+    (record,) = Queue(store).pending()
+    assert (record.student, record.practical, record.commit, record.source, record.options) == ("alice", "p6", second, {"kind": "git", "repo": str(repo)}, {"gpus": 1, "time_min": 8})
+    assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"p6 @{second[:7]}: already queued"]
+    assert receive([f"{'0' * 40} {first} refs/heads/other"], repo, store, backend) == []
+    assert receive([f"{second} {second} refs/heads/main"], repo, store, backend) == [f"nothing to grade in {second[:7]} (no practical's folder changed)"]
+
+
+def test_the_hook_records_a_push_when_grading_is_down(pushed, store: ResultsStore) -> None:
+    repo, first, second = pushed
+    down = FakeBackend(down=True)
+    assert receive([f"{'0' * 40} {first} refs/heads/main"], repo, store, down) == [f"queued p6 @{first[:7]}: waiting (grading is down; it will be graded when it is back)"]
+
+    def broken() -> None:
+        raise OSError("no such file: python")
+
+    assert receive([f"{first} {second} refs/heads/main"], repo, store, down, start=broken) == [f"queued p6 @{second[:7]}: waiting (grading is down; it will be graded when it is back) (OSError)"]
+    assert receive([f"{second} {second} refs/heads/master"], repo, store, down, start=lambda: None) == [f"nothing to grade in {second[:7]} (no practical's folder changed)"]
+    assert sorted(s.commit for s in Queue(store).pending()) == sorted([first, second])
+    back = FakeBackend()
+    assert set(dispatch(store, COURSE, back).values()) == {"started as job fake-1", "started as job fake-2"}
+
+
+def test_the_hook_receipt_is_undecided_when_the_dispatcher_is_slow(pushed, store: ResultsStore) -> None:
+    repo, first, second = pushed
+    assert receive([f"{first} {second} refs/heads/main"], repo, store, FakeBackend(), start=lambda: None) == [f"queued p6 @{second[:7]}: recorded; grading starts when the cluster answers"]
+
+
+def test_installing_the_hook_checks_the_repository(tmp_path: Path, store: ResultsStore, pushed) -> None:
+    with pytest.raises(ValueError, match="is not a bare git repository"):
+        hook.install(tmp_path, store.root, "local", {}, ROOT)
+    repo = pushed[0]
+    with pytest.raises(StoreError, match="student 'x y' cannot be used as a file name"):
+        hook.install(repo, store.root, "local", {}, ROOT, student="x y")
+    path = hook.install(repo, store.root, "slurm", {"gpus": 1, "time_min": 20}, ROOT)
+    text = path.read_text()
+    assert path.stat().st_mode & 0o111 and text.rstrip().endswith("exit 0")
+    assert "hook receive" in text and "--backend slurm --gpus 1 --time 20 --student alice" in text
+
+
+def validate_workflows(*paths: Path) -> subprocess.CompletedProcess:
+    check = Path(sys.executable).parent / "check-jsonschema"
+    return subprocess.run([str(check), "--builtin-schema", "vendor.github-workflows", *map(str, paths)], capture_output=True, text=True)
+
+
+def test_both_github_workflows_validate_against_the_workflow_schema() -> None:
+    workflows = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+    assert {"grade-on-cluster.yml", "student-self-check.yml"} <= {w.name for w in workflows}
+    done = validate_workflows(*workflows)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok -- validation done" in done.stdout
+
+
+def test_the_workflow_validation_rejects_a_broken_workflow(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yml"
+    broken.write_text("on: push\njobs:\n  grade:\n    runs-on: ubuntu-latest\n    stepz:\n      - run: echo hi\n")
+    done = validate_workflows(broken)
+    assert done.returncode == 1 and "Schema validation errors were encountered" in done.stdout, done.stdout
