@@ -54,7 +54,7 @@ def copy_course(target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     for name in ("course.yaml", "pyproject.toml"):
         shutil.copy(ROOT / name, target / name)
-    for name in ("assignments", "solutions", "grader", "templates", "scripts"):
+    for name in ("assignments", "solutions", "grader", "templates", "scripts", ".github"):
         shutil.copytree(ROOT / name, target / name, ignore=shutil.ignore_patterns("__pycache__"))
     (target / "tests").mkdir()
     return target
