@@ -5,6 +5,8 @@
     python -m grader list                         practicals, checks, points, visibility
     python -m grader verify [PRACTICAL ...]       grade the reference solutions
     python -m grader run --virtual-gpus N -- CMD  any command, its Python processes on N virtual GPUs
+    python -m grader observe [--virtual-gpus N] [--out DIR] -- CMD
+                                                  what CMD's processes did: devices, shapes, all-reduces, times
     python -m grader release [PRACTICAL ...]      assignments/ from solutions/ (the templates)
     python -m grader export-student P... --out D  the students' repository, scanned for leaks
     python -m grader new ID --title T             a new practical from templates/practical/
@@ -43,7 +45,8 @@ from grader.grade.pipeline import GradeOptions
 from grader.results.gradescope import read_scores, write_results
 from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
-from grader.grade.session import grade_folder
+from grader.grade.session import grade_folder, with_course
+from grader.observe.run import observe_command
 from grader.run.virtual_env import virtual_gpu_environment
 from grader.spec import SpecError
 from grader.store import ResultsStore, StoreError
@@ -88,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--time-budget", type=_positive_float, help="seconds the whole grading may take (default: the spec's total_s)")
         sub.add_argument("--markdown", type=Path, help="also write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
         sub.add_argument("--keep-work", action="store_true", help="keep the working folder of the runs and print where it is")
+        sub.add_argument("--no-timing", action="store_true", help="leave the speed checks out (deferred): no timed launches, a quicker grading")
 
     g = commands.add_parser("grade", help="grade a submission: every check, results.json")
     g.add_argument("practical", help="practical id, e.g. p6")
@@ -171,6 +175,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--virtual-gpus", type=_count, default=2, help="CUDA devices to pretend (default 2)")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- torchrun --nproc_per_node=2 train.py")
 
+    o = commands.add_parser("observe", help="run a command unmodified and report what its processes did: observe -- torchrun ... train.py")
+    o.add_argument("--virtual-gpus", type=_count, default=0, help="CUDA devices to pretend (default 0: the real ones, or the CPU)")
+    o.add_argument("--out", type=Path, default=Path("observe-out"), help="where the timeline PNG, the trace JSON and the events go (default ./observe-out)")
+    o.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- torchrun --nproc_per_node=2 train.py")
+
     v = commands.add_parser("verify", help="grade the reference solutions; fails unless each gets full marks")
     v.add_argument("practicals", nargs="*", help="practical ids (default: all)")
     v.add_argument("--results-dir", type=Path, help="write each practical's results.json into this folder")
@@ -191,7 +200,15 @@ def _grade_folder(practical: Practical, folder: Path, options: GradeOptions, kee
 
 
 def _options(args: argparse.Namespace, public_only: bool) -> GradeOptions:
-    return GradeOptions(world_size=args.world_size, virtual_gpus=args.virtual_gpus, public_only=public_only, seed=args.seed, run_timeout_s=args.timeout, total_timeout_s=args.time_budget)
+    return GradeOptions(
+        world_size=args.world_size,
+        virtual_gpus=args.virtual_gpus,
+        public_only=public_only,
+        seed=args.seed,
+        run_timeout_s=args.timeout,
+        total_timeout_s=args.time_budget,
+        timing=not args.no_timing,
+    )
 
 
 def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None) -> int:
@@ -213,7 +230,7 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
         course = _course(args)
         practical = load_practical(course, args.practical)
         folder = args.submission if not public_only else (args.dir or course.template_dir(args.practical))
-        report = _grade_folder(practical, folder, _options(args, public_only), args.keep_work, official=getattr(args, "official", False))
+        report = _grade_folder(practical, folder, with_course(_options(args, public_only), course, args.practical), args.keep_work, official=getattr(args, "official", False))
     except (CourseError, SpecError) as exc:
         report = GradingReport.failure(args.practical, str(exc), execution_time_s=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - the results file must exist even then
@@ -239,7 +256,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     failed = []
     for practical_id in args.practicals or course.practicals:
         practical = load_practical(course, practical_id)
-        report = _grade_folder(practical, course.solution_dir(practical_id), GradeOptions(), keep_work=False)
+        report = _grade_folder(practical, course.solution_dir(practical_id), with_course(GradeOptions(), course, practical_id), keep_work=False)
         results = args.results_dir / f"{practical_id}.json" if args.results_dir else None
         _emit(report, results, None)
         full = not report.error and all(c.status in (Status.PASSED, Status.DEFERRED) for c in report.checks)
@@ -343,6 +360,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     except FileNotFoundError:
         print(f"error: command not found: {command[0]}", file=sys.stderr)
         return 127
+
+
+def cmd_observe(args: argparse.Namespace) -> int:
+    """Run the command observed, print the report; the exit status is the command's."""
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not command:
+        print("error: no command given; e.g. python -m grader observe -- torchrun --nproc_per_node=2 train.py", file=sys.stderr)
+        return 2
+    observation = observe_command(command, args.out, args.virtual_gpus)
+    print(observation.report, flush=True)
+    return observation.exit_status
 
 
 def _backend(args: argparse.Namespace) -> Backend:
@@ -463,6 +491,7 @@ COMMANDS = {
     "list": cmd_list,
     "verify": cmd_verify,
     "run": cmd_run,
+    "observe": cmd_observe,
     "release": cmd_release,
     "export-student": cmd_export,
     "new": cmd_new,

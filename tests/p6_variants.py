@@ -78,3 +78,14 @@ VARIANTS = (
         {"rank_setup": "world_size = 2, expected 4", "batch_shard": "expected 21 (= 64 // 3)"},
     ),
 )
+
+
+# Correct, but slow: it logs the spectral norm of every weight matrix each step (an SVD per
+# matrix; once at the end would do). The gradients, the sync and the parameters stay right,
+# so only the efficiency check may lose.
+SLOW_VARIANT = Variant(
+    "weight_norms_every_step",
+    ((SCRIPT, LOSS, LOSS + "    with torch.no_grad():  # diagnostics every step instead of once at the end\n        norms = [torch.linalg.matrix_norm(p, ord=2) for p in model.parameters() if p.dim() == 2 for _ in range(3)]\n"),),
+    frozenset({"efficiency"}),
+    {"efficiency": "above the 1.2× allowed"},
+)

@@ -14,8 +14,8 @@ from helpers import ROOT, SCHEMA, checks_by_id, load_results, run_cli
 def test_list_shows_practicals_checks_points_and_visibility(capsys: pytest.CaptureFixture) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "p6: DistributedDataParallel under torchrun — 18 points" in out
-    assert "p5: Data parallelism with nn.DataParallel — 15 points" in out and "gpu0_memory" in out
+    assert "p6: DistributedDataParallel under torchrun — 21 points" in out and "efficiency          2 pts" in out
+    assert "p5: Data parallelism with nn.DataParallel — 17 points" in out and "gpu0_memory" in out and "scaling" in out
     assert "p4: Understanding parallelism (notebook) — 14 points" in out
     assert "2x2 (2 nodes × 2 ranks, 2 virtual GPUs)" in out
     assert "params_sync         4 pts  after_due_date" in out
@@ -67,5 +67,5 @@ def test_the_self_check_runs_public_checks_on_the_template_by_default(tmp_path: 
     out = capsys.readouterr().out
     assert "TODO 1: initialise the process group" in out
     checks = checks_by_id(load_results(results))
-    assert "params_sync" not in checks and set(checks) == {"rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit"}
+    assert "params_sync" not in checks and set(checks) == {"rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit", "efficiency", "ddp_vs_dp"}
     assert "| 1 | Rank, local rank and world size match the launcher | 0/2 | ❌ fail |" in summary.read_text()

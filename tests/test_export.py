@@ -24,7 +24,7 @@ def test_the_export_holds_templates_public_checks_and_the_self_check(tmp_path: P
     assert {"assignments/p6/p6_ddp.py", "assignments/p5/answers.yaml", "assignments/p4/p4_concepts.ipynb", "course.yaml", "README.md", "pyproject.toml", "scripts/setup.sh", ".github/workflows/student-self-check.yml", "grader/cli.py", "grader/probe/zygote.py"} <= files
     assert not [f for f in files if f.startswith(("solutions/", "tests/", "bench/", ".ci/", "templates/", "calibration/"))]
     spec = yaml.safe_load((out / "assignments" / "p6" / "assignment.yaml").read_text())
-    assert [c["id"] for c in spec["checks"]] == ["rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit"]
+    assert [c["id"] for c in spec["checks"]] == ["rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit", "efficiency", "ddp_vs_dp"]
     assert "python -m grader check" in (out / ".github" / "workflows" / "student-self-check.yml").read_text()
     assert (out / "assignments" / "p6" / "p6_ddp.py").read_bytes() == (ROOT / "assignments" / "p6" / "p6_ddp.py").read_bytes()
     assert yaml.safe_load((out / "course.yaml").read_text())["practicals"] == ["p4", "p5", "p6", "p10"]

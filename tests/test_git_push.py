@@ -74,8 +74,8 @@ def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) ->
     assert done.returncode == 0, done.stdout + done.stderr
 
     good, wrong = stored(results, "alice", alice_commit), stored(results, "bob", bob_commit)
-    assert good["score"] == good["extra_data"]["max_score"] == 18
-    assert 0 < wrong["score"] < 18
+    assert good["score"] == good["extra_data"]["max_score"] == 20
+    assert 0 < wrong["score"] < 20
     assert "no all-reduce at all: is the model wrapped in DistributedDataParallel?" in json.dumps(wrong["tests"])
     for document, student, commit in ((good, "alice", alice_commit), (wrong, "bob", bob_commit)):
         provenance = document["extra_data"]["provenance"]
@@ -84,7 +84,7 @@ def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) ->
     assert sorted(p.relative_to(results).as_posix() for p in results.glob("*/p6/*.json")) == sorted([f"alice/p6/{alice_commit}.json", f"bob/p6/{bob_commit}.json"])
 
     status = run_cli("status", "--results-dir", str(results), "--student", "bob")
-    assert status.stdout.split()[:4] == ["bob", "p6", bob_commit[:10], f"{wrong['score']:g}/18"], status.stdout
+    assert status.stdout.split()[:4] == ["bob", "p6", bob_commit[:10], f"{wrong['score']:g}/20"], status.stdout
     assert "alice" not in status.stdout
 
     git("push", "-q", "origin", "main:refs/heads/again", cwd=alice)  # the same commits on another branch: not graded again
@@ -117,7 +117,7 @@ def test_a_push_while_slurm_is_down_is_graded_once_it_is_back(tmp_path: Path) ->
     assert done.returncode == 0, done.stdout + done.stderr
     assert "started as job" in done.stdout
     document = stored(results, "carol", commit)
-    assert document["score"] == 18
+    assert document["score"] == 20
     provenance = document["extra_data"]["provenance"]
     assert provenance["slurm_job"] and provenance["attempt"] == 1 and provenance["commit"] == commit
     assert not record.exists()

@@ -16,7 +16,7 @@ import pytest
 from helpers import ROOT, SCHEMA, assert_loses_exactly, checks_by_id, grade_in_process, load_results, run_cli
 from grader.cli import main
 from grader.run import procs
-from p6_variants import ALL_CHECKS, VARIANTS
+from p6_variants import ALL_CHECKS, SLOW_VARIANT, VARIANTS
 from variants import Variant
 
 pytestmark = pytest.mark.slow
@@ -33,17 +33,19 @@ def grade_with_cli(folder: str, results_path: Path) -> tuple[subprocess.Complete
 
 def test_reference_solution_gets_full_marks_on_every_layout(tmp_path: Path) -> None:
     done, results = grade_with_cli("solutions/p6", tmp_path / "R.json")
-    assert results["score"] == results["extra_data"]["max_score"] == 18
+    assert results["score"] == results["extra_data"]["max_score"] == 20
     checks = checks_by_id(results)
-    assert set(checks) == set(ALL_CHECKS)
-    for check in checks.values():
+    assert set(checks) == {*ALL_CHECKS, "efficiency", "ddp_vs_dp"}
+    assert checks["efficiency"]["status"] == "passed" and "the reference's step time" in checks["efficiency"]["output"]
+    assert checks["ddp_vs_dp"]["extra_data"]["deferred_points"] == 1  # needs 2 real GPUs
+    for check in (checks[name] for name in ALL_CHECKS):
         assert check["status"] == "passed", check
         for run in ("ws1 (1 process)", "ws2 (1 node × 2 ranks)", "ws3 (1 node × 3 ranks)", "2x2 (2 nodes × 2 ranks, 2 virtual GPUs each)"):
             assert f"✓ {run}" in check["output"]
     assert "rank 2→cuda:0, rank 3→cuda:1" in checks["device_mapping"]["output"]
     assert "3 × 21 rows; 1 left over and dropped" in checks["batch_shard"]["output"]
     assert checks["grad_sync"]["extra_data"]["allreduce_per_step"]["ws2"] == [1, 1, 1]
-    assert "Score: 18 / 18" in done.stdout
+    assert "Score: 20 / 20" in done.stdout
 
 
 def test_untouched_template_gets_zero_with_one_line_per_check(tmp_path: Path) -> None:
@@ -63,6 +65,16 @@ def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path
     results = grade_in_process("p6", folder, tmp_path / "results.json", *extra)
     capsys.readouterr()
     assert_loses_exactly(results, variant.loses, variant.messages)
+
+
+def test_a_step_that_does_needless_work_fails_the_efficiency_check_only(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Correct in every way, but it evaluates a validation loss on 4 extra batches every step:
+    the grader's interleaved timing against the reference solution catches it."""
+    folder = SLOW_VARIANT.write(tmp_path / "slow", "p6")
+    results = grade_in_process("p6", folder, tmp_path / "results.json", timed=True)
+    capsys.readouterr()
+    assert_loses_exactly(results, frozenset({"efficiency"}), {"efficiency": "× allowed — yours"})
+    assert checks_by_id(results)["efficiency"]["extra_data"]["speed"]["timed"]["ratio"] > 1.2
 
 
 def test_deadlock_is_graded_within_the_budget_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -115,3 +115,25 @@ def test_a_killed_launcher_is_replaced_for_the_next_job(runner: LocalRunner, tmp
     assert result.ranks[0].status is None
     after = runner.run(script_job(tmp_path, "after", "print('still working')\n"))
     assert after.ranks[0].stdout_tail == "still working\n"
+
+
+def test_gpu_telemetry_is_sampled_by_the_runner_and_private_jobs_leave_no_files(tmp_path: Path) -> None:
+    """With a GPU source (here a fake NVML), every job's result carries the grader's readings;
+    a private job (a reference solution) has its folder removed once it is read."""
+    from dataclasses import replace
+
+    from grader.run.telemetry import FakeGpus
+
+    gib = 2**30
+    gpus = FakeGpus(["Fake H100"], [80 * gib], [[(gib, 0)], [(3 * gib, 70)]])
+    (tmp_path / "runs").mkdir()
+    with LocalRunner(tmp_path / "runs", gpus=gpus) as local:
+        assert local.telemetry == "NVML, 1 GPU(s), sampled every 0.05 s"
+        job = script_job(tmp_path, "slept", "import time\ntime.sleep(0.3)\n")
+        result = local.run(job)
+        assert result.telemetry is not None and result.telemetry["samples"] >= 3
+        assert result.telemetry["gpus"][0]["memory_added_peak_mib"] == 2048.0
+        private = local.run(replace(job, name="reference", private=True))
+        assert private.ranks[0].status == "exit:0"
+        assert sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir()) == ["01-slept"]  # not 02-reference
+    assert gpus.closed

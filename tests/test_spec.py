@@ -50,6 +50,7 @@ def test_a_good_spec_loads_with_defaults_filled_in(tmp_path: Path) -> None:
     assert second.check == "grad_sync" and second.runs == ("2x2",) and not second.public
     assert second.options == {"rtol": 0.001, "atol": 1e-6, "micro_batches_argument": ""}
     assert spec.run_timeout_s == 30 and spec.total_timeout_s == 90
+    assert (spec.timing.repeats, spec.timing.warmup_steps) == (3, 1) and spec.runs[0].solution is None
 
 
 @pytest.mark.parametrize(
@@ -69,6 +70,9 @@ def test_a_good_spec_loads_with_defaults_filled_in(tmp_path: Path) -> None:
         (("total_s: 90", "total_s: 10"), "timeouts.total_s", "at least run_s (30)", "10.0"),
         (("script: p6_ddp.py\n", ""), "script", "the file name of the student's script", "<nothing: the key is missing>"),
         (("args: {batch_size: 64, steps: 3}", "args: {batch_size: [64]}"), "args.batch_size", "a Python identifier with a number", "[64]"),
+        (("script: p6_ddp.py\n", "script: p6_ddp.py\ntiming: {repeats: 0}\n"), "timing.repeats", "a whole number from 1 to 20 (launches of each timed run)", "0"),
+        (("script: p6_ddp.py\n", "script: p6_ddp.py\ntiming: {warmup: 2}\n"), "timing.warmup", "one of the keys repeats, warmup_steps", "<an unknown key>"),
+        (("{name: ws1, ranks_per_node: 1}", "{name: ws1, solution: ../p5}"), "runs[0].solution", "a practical's id (its reference solution runs instead of the submission)", "'../p5'"),
     ],
 )
 def test_a_bad_spec_says_where_what_was_expected_and_what_was_found(tmp_path: Path, change, key, expected, found) -> None:

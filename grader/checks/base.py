@@ -96,6 +96,9 @@ class CheckContext:
     gpus: int = 0  # real CUDA devices of the grading machine
     run_args: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # run name -> its own arguments
     answers: "Answers | None" = None  # the submission's answers file, when the practical has one
+    timings: Mapping[str, Any] = field(default_factory=dict)  # timed run name -> timing.TimedRuns (speed checks)
+    warmup_steps: int = 1  # the spec's timing protocol: steps not timed at the start of a launch
+    baselines: Mapping[str, Any] | None = None  # this machine's calibration (calibration/<practical>.yaml), if measured
 
     def args_of(self, run: JobResult) -> Mapping[str, Any]:
         """The arguments `run` was given: the common ones and its own."""
@@ -115,3 +118,4 @@ class CheckDef:
     description: str
     options: Mapping[str, OptionDef] = field(default_factory=dict)
     real_gpus: int = 0  # real CUDA devices it needs; deferred (with its runs) on machines with fewer
+    timed: bool = False  # a speed check: its runs are launched k times, interleaved with the reference solution's

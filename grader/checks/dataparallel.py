@@ -144,14 +144,20 @@ def gpu_step_times(ctx: CheckContext) -> Verdict:
 
 
 def gpu0_memory(ctx: CheckContext) -> Verdict:
-    """Under DataParallel, GPU 0 holds more memory at its peak than every other GPU."""
+    """Under DataParallel, GPU 0 holds more memory at its peak than every other GPU: the memory
+    the run added on each GPU, as NVML showed the grader (grader/run/telemetry.py); without
+    NVML, the peaks torch reported inside the run."""
 
     def judge(run: JobResult) -> tuple[bool, str]:
-        memory = run.ranks[0].first("cuda_memory")
-        if not memory or len(memory.get("peak", [])) < 2:
-            return False, failures.explain(run) or "no per-GPU memory was measured"
-        peaks = memory["peak"]
-        shown = ", ".join(f"GPU {i}: {p / 2**20:.1f} MiB" for i, p in enumerate(peaks))
+        if run.telemetry and len(run.telemetry.get("gpus", [])) >= 2:
+            peaks = [g["memory_added_peak_mib"] for g in run.telemetry["gpus"]]
+            shown = ", ".join(f"GPU {i}: +{p:.0f} MiB" for i, p in enumerate(peaks)) + " (NVML, measured by the grader)"
+        else:
+            memory = run.ranks[0].first("cuda_memory") if run.ranks else None
+            if not memory or len(memory.get("peak", [])) < 2:
+                return False, failures.explain(run) or "no per-GPU memory was measured"
+            peaks = [p / 2**20 for p in memory["peak"]]
+            shown = ", ".join(f"GPU {i}: {p:.1f} MiB" for i, p in enumerate(peaks)) + " (torch's peak allocation)"
         if all(peaks[0] > other for other in peaks[1:]):
             return True, f"peak memory {shown}"
         return False, f"GPU 0 is not the most loaded: {shown}"

@@ -1,28 +1,97 @@
-"""Step times as the grader measures them: between consecutive optimizer steps of a rank (the
-probe synchronises CUDA first), the slowest rank counting for each step."""
+"""The timing protocol every speed check shares; pure functions over what the grader measured.
+
+- A step's time is the time between two consecutive optimizer steps of a rank; the probe
+  synchronises CUDA before taking each time, so queued GPU work counts in its step.
+- The first `warmup` steps of a launch are not timed (allocations, CUDA context, caches); the
+  very first step never is: nothing marks its start.
+- A step ends for everyone when its slowest rank ends it: per step, the maximum over ranks.
+- One launch is summarised by the median of its steps. A timed run is launched k times,
+  interleaved with the reference solution's launches of the same run (so both see the same
+  machine load), and a side is summarised by the minimum (`best_s`: the least disturbed launch,
+  which verdicts compare) and the median (`typical_s`) of its launches' medians.
+"""
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
+from typing import Sequence
 
+from grader.checks import failures
 from grader.run.job import JobResult, RankResult
 
 
-def rank_step_seconds(rank: RankResult) -> list[float]:
-    """Duration of each optimizer step after the first (the first pays for warm-up)."""
+def rank_step_seconds(rank: RankResult, warmup: int = 1) -> list[float]:
+    """Duration of each optimizer step of one rank, the first `warmup` steps (at least one) left out."""
     ends = [e["t"] for e in sorted(rank.of_kind("opt_params"), key=lambda e: e.get("step", 0)) if "t" in e]
-    return [later - earlier for earlier, later in zip(ends, ends[1:])]
+    durations = [later - earlier for earlier, later in zip(ends, ends[1:])]  # durations[i] is step i + 1
+    return durations[max(warmup, 1) - 1 :]
 
 
-def step_seconds(run: JobResult) -> list[float]:
-    """Per step, the slowest rank's duration (a step ends for everyone when the last rank ends it)."""
-    per_rank = [rank_step_seconds(rank) for rank in run.ranks]
+def step_seconds(run: JobResult, warmup: int = 1) -> list[float]:
+    """Per timed step, the slowest rank's duration."""
+    per_rank = [rank_step_seconds(rank, warmup) for rank in run.ranks]
     steps = min((len(d) for d in per_rank), default=0)
     return [max(d[i] for d in per_rank) for i in range(steps)]
 
 
-def summary(run: JobResult) -> dict | None:
-    """Median and minimum step time of a run, or None when no step could be timed."""
-    seconds = step_seconds(run)
+def summary(run: JobResult, warmup: int = 1) -> dict | None:
+    """Median and minimum step time of one launch, or None when no step could be timed."""
+    seconds = step_seconds(run, warmup)
     if not seconds:
         return None
     return {"median_step_s": statistics.median(seconds), "min_step_s": min(seconds), "steps": len(seconds), "wall_s": round(run.wall_s, 4)}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One side (a submission's or the reference's launches of a run) under the protocol."""
+
+    medians_s: tuple[float, ...]  # per launch that could be timed: its median step time
+    launches: int  # launches made
+    problem: str | None = None  # why some launch could not be timed (the first reason)
+
+    @property
+    def timed(self) -> bool:
+        return bool(self.medians_s) and self.problem is None
+
+    @property
+    def best_s(self) -> float:
+        return min(self.medians_s)
+
+    @property
+    def typical_s(self) -> float:
+        return statistics.median(self.medians_s)
+
+    def describe(self) -> str:
+        """'12.31 ms per step (best of 3 launches; median 12.90 ms)'."""
+        return f"{self.best_s * 1000:.2f} ms per step (best of {len(self.medians_s)} launches; median {self.typical_s * 1000:.2f} ms)"
+
+    def as_data(self) -> dict:
+        return {"best_step_s": round(self.best_s, 6), "median_step_s": round(self.typical_s, 6), "launch_medians_s": [round(m, 6) for m in self.medians_s]}
+
+
+@dataclass(frozen=True)
+class TimedRuns:
+    """The launches of one timed run: `own` (the submission's, or the solution's when the run
+    names one) and `reference` (the reference solution's, interleaved with them)."""
+
+    own: tuple[JobResult, ...]
+    reference: tuple[JobResult, ...] = ()
+
+
+def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
+    """The protocol over the launches of one side. A launch that failed, or that timed no step,
+    makes the whole side untimed: a crash must not pass as a fast run."""
+    medians: list[float] = []
+    problem = None if launches else "it was not launched"
+    for launch in launches:
+        if launch.skipped:
+            problem = problem or f"a launch was not run: {launch.skipped}"
+            continue
+        outcome = failures.explain(launch)
+        seconds = step_seconds(launch, warmup) if launch.ranks else []
+        if outcome or not seconds:
+            problem = problem or outcome or f"no optimizer step after the first {max(warmup, 1)} could be timed"
+            continue
+        medians.append(statistics.median(seconds))
+    return Measurement(tuple(medians), len(launches), problem)

@@ -13,8 +13,6 @@ They live in calibration/<practical>.yaml of the course, one entry per machine:
 from __future__ import annotations
 
 import datetime
-import os
-import platform
 from pathlib import Path
 
 import yaml
@@ -22,22 +20,11 @@ import yaml
 from grader.checks import timing
 from grader.course import Course, Practical
 from grader.files import write_atomically
+from grader.grade.machine import machine_key
 from grader.grade.pipeline import GradeOptions
 from grader.results.model import GradingReport
 
 FOLDER = "calibration"
-
-
-def machine_key(gpus: int = 0, gpu_name: str = "") -> str:
-    """What the baselines of this machine are filed under: CPU model and count, GPUs."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    devices = f"{gpus} × {gpu_name}" if gpus else "no GPU"
-    return f"{model} ×{os.cpu_count()}; {devices}"
 
 
 def path_of(course: Course, practical: str) -> Path:
@@ -76,19 +63,21 @@ class CalibrationError(Exception):
 def calibrate(course: Course, practical: Practical, repeat: int) -> tuple[str, dict, Path]:
     """Grade the reference solution `repeat` times here; record each run's fastest median step
     time. Returns the machine key, the measurements and the file they went to."""
-    from grader.grade.session import execute_folder
+    from grader.grade.session import execute_folder, with_course
 
     best: dict[str, dict] = {}
     environment: dict = {}
+    warmup = practical.assignment.timing.warmup_steps
     for _ in range(repeat):
-        execution = execute_folder(practical, course.solution_dir(practical.id), GradeOptions()).execution
+        execution = execute_folder(practical, course.solution_dir(practical.id), with_course(GradeOptions(), course, practical.id)).execution
         if isinstance(execution, GradingReport):
             raise CalibrationError(execution.error or "the reference solution could not be run")
         environment = execution.environment
-        for name, run in execution.results.items():
-            measured = timing.summary(run)
+        launches = {name: (run,) for name, run in execution.results.items()}
+        launches.update({name: timed.own for name, timed in execution.timings.items()})
+        for name, runs in launches.items():
+            measured = min((m for m in (timing.summary(run, warmup) for run in runs) if m), key=lambda m: m["median_step_s"], default=None)
             if measured and (name not in best or measured["median_step_s"] < best[name]["median_step_s"]):
                 best[name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in measured.items()}
-    gpus = environment.get("cuda_gpus", 0)
-    key = machine_key(gpus, environment.get("devices", "").split(" × ", 1)[-1] if gpus else "")
+    key = environment.get("machine") or machine_key()
     return key, best, record(course, practical.id, key, best, environment.get("torch", ""))

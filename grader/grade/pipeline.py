@@ -6,7 +6,10 @@
 3. prepare the submission when the practical needs it (its module's `prepare`, e.g. taking a
    notebook's graded cells and a driver that runs them), and read its answers file;
 4. start the runner and, while it warms up, compute the practical's reference;
-5. run each launch within the grading's time budget;
+5. run each launch within the grading's time budget; a run that a speed check times is
+   launched k times (the spec's `timing.repeats`), each launch after one of the reference
+   solution's launches of the same run (so both see the same machine load; see
+   grader/checks/timing.py for the protocol);
 6. judge every check on its runs and build the report.
 
 Nothing the submission does can make this raise; a failure of the grader's own code ends in
@@ -26,7 +29,9 @@ from typing import Any, Callable, Mapping
 from grader import __version__
 from grader.checks import failures
 from grader.checks.base import Answers, CheckContext, Verdict
+from grader.checks.timing import TimedRuns
 from grader.course import Practical
+from grader.grade.machine import machine_key
 from grader.grade.answers import load_answers, manual_texts
 from grader.grade.prepared import Prepared
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
@@ -46,11 +51,20 @@ class GradeOptions:
     seed: int | None = None  # fix the seed (to reproduce a grading); chosen at random otherwise
     run_timeout_s: float | None = None  # one launch of the script
     total_timeout_s: float | None = None  # the whole grading, wall clock from its start
+    solutions: Path | None = None  # the reference solutions (solutions/<id>/): speed checks compare with them
+    calibration: Mapping[str, Any] | None = None  # every machine's baselines of the practical (calibration.load)
+    timing: bool = True  # False: speed checks are deferred (no timed launches)
 
 
 def merged_args(args: Mapping[str, Any], run: RunDef) -> dict[str, Any]:
     """The arguments a run is given: the common ones, then its own."""
     return {**args, **run.args}
+
+
+def timed_runs(practical: Practical, checks: tuple[CheckSpec, ...], runs: tuple[RunDef, ...]) -> tuple[RunDef, ...]:
+    """The planned runs that a speed check among `checks` times."""
+    wanted = {name for check in checks if practical.module.CHECKS[check.check].timed for name in check.runs}
+    return tuple(run for run in runs if run.name in wanted)
 
 
 def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions) -> tuple[RunDef, ...]:
@@ -78,25 +92,44 @@ def environment(seed: int | None) -> dict:
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    devices = f"{gpus} × {torch.cuda.get_device_name(0)}" if gpus else "CPU only (no CUDA GPU)"
+    name = torch.cuda.get_device_name(0) if gpus else ""
     return {
         "host": platform.node(),
+        "machine": machine_key(gpus, name),
         "python": platform.python_version(),
         "torch": str(torch.__version__),
         "cuda_gpus": gpus,
-        "devices": devices,
+        "devices": f"{gpus} × {name}" if gpus else "CPU only (no CUDA GPU)",
         "grader": __version__,
         "seed": seed,
     }
 
 
-def deferred_checks(practical: Practical, checks: tuple[CheckSpec, ...], gpus: int) -> dict[str, str]:
-    """Check id -> why it is not graded here, for checks that need more real GPUs."""
+def speed_problem(practical: Practical, options: GradeOptions) -> str | None:
+    """Why speed checks cannot be graded in this grading, or None."""
+    if not options.timing:
+        return "speed is not measured in this grading (--no-timing)"
+    if options.world_size is not None:
+        return "speed is not measured when --world-size replaces the spec's runs"
+    if getattr(practical.module, "prepare", None) is not None:
+        return "speed checks need a script (not a prepared submission such as a notebook)"
+    needed = {practical.id} | {run.solution for run in practical.assignment.runs if run.solution}
+    if options.solutions is None or not all((options.solutions / name).is_dir() for name in needed):
+        return "it compares with the reference solution, which is not available here (a self-check); the autograder measures it"
+    return None
+
+
+def deferred_checks(practical: Practical, checks: tuple[CheckSpec, ...], gpus: int, options: GradeOptions = GradeOptions()) -> dict[str, str]:
+    """Check id -> why it is not graded here: it needs more real GPUs, or it is a speed check
+    that cannot be timed in this grading."""
     reasons = {}
+    timing = speed_problem(practical, options)
     for check in checks:
-        needed = practical.module.CHECKS[check.check].real_gpus
-        if needed > gpus:
-            reasons[check.id] = f"needs ≥ {needed} CUDA GPUs (this machine has {gpus}); its points are left to a grading on a GPU node"
+        definition = practical.module.CHECKS[check.check]
+        if definition.real_gpus > gpus:
+            reasons[check.id] = f"needs ≥ {definition.real_gpus} CUDA GPUs (this machine has {gpus}); its points are left to a grading on a GPU node"
+        elif definition.timed and timing:
+            reasons[check.id] = timing
     return reasons
 
 
@@ -109,18 +142,33 @@ def _missing_scripts(runs: tuple[RunDef, ...], assignment: Assignment, submissio
     return None
 
 
-def _run_all(runs: tuple[RunDef, ...], job_for: Callable[[RunDef, float], JobSpec], runner: JobRunner, deadline: float, budget_s: float, problem: str | None) -> dict[str, JobResult]:
-    results: dict[str, JobResult] = {}
-    for run in runs:
+Launch = Callable[[RunDef, float, str, int], JobSpec]  # (run, seconds left, "own" or "reference", repeat) -> job
+
+
+def _run_all(runs: tuple[RunDef, ...], timed: tuple[RunDef, ...], repeats: int, job_for: Launch, runner: JobRunner, deadline: float, budget_s: float, problem: str | None) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
+    """Every planned launch in order; the timed runs last, round by round: in each of the
+    `repeats` rounds, every timed run's reference launch and then its own launch."""
+
+    def launch(run: RunDef, role: str, repeat: int) -> JobResult:
         left = deadline - time.monotonic()
-        job = job_for(run, max(left, 0.0))
+        job = job_for(run, max(left, 0.0), role, repeat)
         if problem:
-            results[run.name] = JobResult(spec=job, ranks=[], skipped=problem)
-        elif left < MIN_RUN_S:
-            results[run.name] = JobResult(spec=job, ranks=[], skipped=f"the grading's time budget ({budget_s:g} s) was used up by earlier runs")
-        else:
-            results[run.name] = runner.run(job)
-    return results
+            return JobResult(spec=job, ranks=[], skipped=problem)
+        if left < MIN_RUN_S:
+            return JobResult(spec=job, ranks=[], skipped=f"the grading's time budget ({budget_s:g} s) was used up by earlier runs")
+        return runner.run(job)
+
+    results = {run.name: launch(run, "own", 0) for run in runs if run not in timed}
+    own: dict[str, list[JobResult]] = {run.name: [] for run in timed}
+    reference: dict[str, list[JobResult]] = {run.name: [] for run in timed}
+    for repeat in range(repeats if timed else 0):
+        for run in timed:
+            if not run.solution:
+                reference[run.name].append(launch(run, "reference", repeat))
+            own[run.name].append(launch(run, "own", repeat))
+    results.update({name: launches[0] for name, launches in own.items()})
+    ordered = {run.name: results[run.name] for run in runs}
+    return ordered, {name: TimedRuns(tuple(own[name]), tuple(reference[name])) for name in own}
 
 
 def _summaries(results: dict[str, JobResult]) -> tuple[RunSummary, ...]:
@@ -134,7 +182,7 @@ def _summaries(results: dict[str, JobResult]) -> tuple[RunSummary, ...]:
             for rank in culprits[:1] or [r for r in run.ranks if r.stderr_tail.strip()][:1]:
                 tail = rank.stderr_tail.strip().splitlines()[-15:]
                 output = "\n".join([f"rank {rank.rank} stderr (last lines):", *tail]) if tail else ""
-        summaries.append(RunSummary(name=name, layout=run.spec.describe(), wall_s=run.wall_s, outcome=outcome or "ok", output=output))
+        summaries.append(RunSummary(name=name, layout=run.spec.describe(), wall_s=run.wall_s, outcome=outcome or "ok", output=output, telemetry=run.telemetry))
     return tuple(summaries)
 
 
@@ -173,6 +221,7 @@ class Execution:
     results: dict[str, JobResult]
     references: Any
     environment: dict
+    timings: dict[str, TimedRuns]
     deferred: dict[str, str]
     answers: Answers | None
     prepared: Prepared
@@ -192,36 +241,49 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
     staging = Path(tempfile.mkdtemp(prefix="grader-prepared-"))
     try:
         runner.start()  # warms up while this process imports torch and computes the reference
-        env = {**environment(args.get(assignment.seed_argument) if assignment.seed_argument else None), "isolation": runner.isolation}
-        deferred = deferred_checks(practical, checks, env["cuda_gpus"])
-        runs = plan_runs(assignment, tuple(c for c in checks if c.id not in deferred), options)
+        env = {**environment(args.get(assignment.seed_argument) if assignment.seed_argument else None), "isolation": runner.isolation, "gpu_telemetry": runner.telemetry}
+        deferred = deferred_checks(practical, checks, env["cuda_gpus"], options)
+        graded = tuple(c for c in checks if c.id not in deferred)
+        runs = plan_runs(assignment, graded, options)
+        timed = timed_runs(practical, graded, runs)
         answers = load_answers(submission, assignment.answers) if assignment.answers else None
-        folder, prepared = submission, Prepared(problem=_missing_scripts(runs, assignment, submission))
+        folder, prepared = submission, Prepared(problem=_missing_scripts(tuple(r for r in runs if not r.solution), assignment, submission))
         prepare = getattr(practical.module, "prepare", None)
         if prepare is not None and prepared.problem is None:
             folder, prepared = staging, prepare(submission, staging, assignment)
-        references = practical.module.references(args, runs)
+        judged = {name for check in graded if not practical.module.CHECKS[check.check].timed for name in check.runs}
+        checked = tuple(r for r in runs if not r.solution and (r.name in judged or options.world_size is not None))
+        references = practical.module.references(args, checked)  # the expected values; speed-only runs need none
 
-        def job_for(run: RunDef, left: float) -> JobSpec:
+        def job_for(run: RunDef, left: float, role: str, repeat: int) -> JobSpec:
+            solution = run.solution or (practical.id if role == "reference" else None)
+            if solution:
+                assert options.solutions is not None  # speed_problem() made sure
+                seed = {assignment.seed_argument: args[assignment.seed_argument]} if assignment.seed_argument else {}
+                source, script, run_args = options.solutions / solution, run.script or assignment.script, {**(seed if run.solution else args), **run.args}
+            else:
+                source, script, run_args = folder, prepared.script or run.script or assignment.script, merged_args(args, run)
+            suffix = ("@reference" if role == "reference" else "") + (f"#{repeat + 1}" if repeat else "")
             return JobSpec(
-                name=run.name,
-                submission=folder,
-                script=prepared.script or run.script or assignment.script,
-                argv=tuple(f"--{key}={value}" for key, value in merged_args(args, run).items()),
+                name=run.name + suffix,
+                submission=source,
+                script=script,
+                argv=tuple(f"--{key}={value}" for key, value in run_args.items()),
                 layout=run.layout,
                 timeout_s=min(run_timeout, left) if left > 0 else run_timeout,
                 watch_globals=assignment.variables,
                 virtual_gpus=run.virtual_gpus,
-                driver=prepared.driver,
+                driver=prepared.driver and not solution,
+                private=solution is not None,
             )
 
-        results = _run_all(runs, job_for, runner, started + budget, budget, prepared.problem)
+        results, timings = _run_all(runs, timed, assignment.timing.repeats, job_for, runner, started + budget, budget, prepared.problem)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
         return GradingReport.failure(assignment.id, f"{type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started, environment=env)
     finally:
         runner.close()
         shutil.rmtree(staging, ignore_errors=True)
-    return Execution(checks, args, runs, results, references, env, deferred, answers, prepared, started)
+    return Execution(checks, args, runs, results, references, env, timings, deferred, answers, prepared, started)
 
 
 def judge(practical: Practical, execution: Execution, options: GradeOptions = GradeOptions()) -> GradingReport:
@@ -234,6 +296,9 @@ def judge(practical: Practical, execution: Execution, options: GradeOptions = Gr
         gpus=execution.environment["cuda_gpus"],
         run_args={r.name: r.args for r in execution.runs},
         answers=execution.answers,
+        timings=execution.timings,
+        warmup_steps=practical.assignment.timing.warmup_steps,
+        baselines=(options.calibration or {}).get(execution.environment.get("machine", "")),
     )
     graded, errors = _judge_all(practical, execution.checks, execution.deferred, execution.results, base, everything=options.world_size is not None)
     return GradingReport(

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grader.course import Practical
+from grader.course import Course, Practical
+from grader.grade import calibration
 from grader.grade.pipeline import Execution, GradeOptions, execute, judge
 from grader.results.model import GradingReport
 from grader.run.local import LocalRunner
 from grader.run.sandbox import Limits, open_sandbox
+from grader.run.telemetry import open_nvml
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,13 @@ class Graded:
     report: GradingReport
     warning: str | None = None
     kept: Path | None = None
+
+
+def with_course(options: GradeOptions, course: Course, practical: str) -> GradeOptions:
+    """`options` plus what the course holds for speed checks: its reference solutions (absent
+    from the students' repository) and the practical's calibrated baselines."""
+    solutions = course.root / "solutions"
+    return replace(options, solutions=solutions if solutions.is_dir() else None, calibration=calibration.load(course, practical))
 
 
 def execute_folder(practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False) -> Executed:
@@ -44,7 +53,7 @@ def execute_folder(practical: Practical, folder: Path, options: GradeOptions, *,
         sandbox = None
     work = Path(tempfile.mkdtemp(prefix=f"grader-{practical.id}-"))
     try:
-        execution = execute(practical, folder.resolve(), LocalRunner(work, sandbox=sandbox), options)
+        execution = execute(practical, folder.resolve(), LocalRunner(work, sandbox=sandbox, gpus=open_nvml()), options)
     finally:
         if sandbox is not None:
             sandbox.release()

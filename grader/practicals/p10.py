@@ -6,22 +6,20 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from grader.checks import distributed, hybrid
+from grader.checks import distributed, hybrid, speed
 from grader.checks.distributed import Trajectory
 from grader.practicals.reference import data_parallel_references
 from grader.spec.model import RunDef
 
-CHECKS = MappingProxyType({**hybrid.CHECKS, **{k: distributed.CHECKS[k] for k in ("grad_sync", "params_sync", "clean_exit")}})
+CHECKS = MappingProxyType({**hybrid.CHECKS, **{k: distributed.CHECKS[k] for k in ("grad_sync", "params_sync", "clean_exit")}, "efficiency": speed.CHECKS["efficiency"]})
 
 
 def references(args: Mapping[str, Any], runs: Sequence[RunDef]) -> dict[str, tuple[Trajectory, ...]]:
     """The acceptable single-process trajectories of each run."""
     from torch import nn
 
-    dim, hidden = int(args["dim"]), int(args["hidden"])
-
     class TwoStageModel(nn.Module):  # the template's model, parameter names included
-        def __init__(self) -> None:
+        def __init__(self, dim: int, hidden: int) -> None:
             super().__init__()
             self.stage1 = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU())
             self.stage2 = nn.Linear(hidden, 1)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from grader.checks import answers, dataparallel
+from grader.checks import answers, dataparallel, speed
 from grader.spec.model import RunDef
 
-CHECKS = MappingProxyType({**dataparallel.CHECKS, **answers.CHECKS})
+CHECKS = MappingProxyType({**dataparallel.CHECKS, **answers.CHECKS, "scaling": speed.CHECKS["scaling"]})
 
 
 def references(args: Mapping[str, Any], runs: Sequence[RunDef]) -> dict[str, Any]:

@@ -41,11 +41,12 @@ def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim:
     return Trajectory(initial=initial, grads=grads, params=params, samples=used)
 
 
-def data_parallel_references(args: Mapping[str, Any], runs: Sequence[RunDef], build: Callable[[], Any]) -> dict[str, tuple[Trajectory, ...]]:
+def data_parallel_references(args: Mapping[str, Any], runs: Sequence[RunDef], build: Callable[[int, int], Any]) -> dict[str, tuple[Trajectory, ...]]:
     """The acceptable trajectories of each run: training on the samples that world_size equal
     shards cover (the templates drop the remainder of batch_size % world_size), and, when that
     is fewer than the whole batch, training on the whole batch (a submission that gives every
-    rank the full batch is wrong about the split, which batch_shard reports, not about sync)."""
+    rank the full batch is wrong about the split, which batch_shard reports, not about sync).
+    `build(dim, hidden)` makes the template's model for a run's widths."""
     cache: dict[tuple, Trajectory] = {}
     result = {}
     for run in runs:
@@ -55,6 +56,7 @@ def data_parallel_references(args: Mapping[str, Any], runs: Sequence[RunDef], bu
         for samples in {used, batch}:
             key = (tuple(settings.items()), samples)
             if key not in cache:
-                cache[key] = sgd_trajectory(build, used=samples, **settings)
+                widths = int(settings["dim"]), int(settings["hidden"])
+                cache[key] = sgd_trajectory(lambda: build(*widths), used=samples, **settings)
         result[run.name] = tuple(cache[(tuple(settings.items()), s)] for s in ((used,) if used == batch else (used, batch)))
     return result

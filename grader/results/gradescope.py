@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.files import write_atomically
-from grader.results.model import CheckResult, GradingReport, Status
+from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.results.render import overview_text
 
 AUTOGRADER_ERROR = "Autograder error"
@@ -38,6 +38,13 @@ def _test(check: CheckResult) -> dict[str, Any]:
         entry["extra_data"]["deferred_points"] = round(check.max_score, 4)
     else:
         entry["status"] = "passed" if check.status is Status.PASSED else "failed"
+    return entry
+
+
+def _run(run: RunSummary) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": run.name, "layout": run.layout, "wall_s": round(run.wall_s, 3), "outcome": run.outcome}
+    if run.telemetry:
+        entry["gpu_telemetry"] = dict(run.telemetry)
     return entry
 
 
@@ -73,7 +80,7 @@ def to_gradescope(report: GradingReport) -> dict[str, Any]:
             "max_score": round(report.max_score, 4),
             "deferred_points": round(report.deferred_points, 4),
             "environment": dict(report.environment),
-            "runs": [{"name": r.name, "layout": r.layout, "wall_s": round(r.wall_s, 3), "outcome": r.outcome} for r in report.runs],
+            "runs": [_run(r) for r in report.runs],
             "autograder_error": report.error,
             "manual_answers": dict(report.manual),
         },

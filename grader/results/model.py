@@ -45,6 +45,7 @@ class RunSummary:
     wall_s: float
     outcome: str  # "ok" or the root cause of its failure
     output: str = ""  # what a student needs from the ranks' stdout/stderr
+    telemetry: Mapping[str, Any] | None = None  # per-GPU memory and utilisation the grader sampled
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from grader.results.model import GradingReport, Status
+from grader.run.telemetry import describe as describe_telemetry
 
 _MARK = {Status.PASSED: "PASS", Status.FAILED: "FAIL", Status.DEFERRED: "DEFERRED", Status.ERROR: "ERROR"}
 
@@ -47,6 +48,8 @@ def overview_text(report: GradingReport) -> str:
             lines.append(f"  {run.name} ({run.layout}, {run.wall_s:.1f} s): {run.outcome}")
             if run.output:
                 lines += [f"    | {line}" for line in run.output.splitlines()]
+            if run.telemetry:
+                lines += [f"    {line}" for line in describe_telemetry(dict(run.telemetry)).splitlines()]
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ class FakeRunner:
         self._respond: Responder = responses if callable(responses) else (lambda job: responses[job.name])
         self.jobs: list[JobSpec] = []
         self.isolation = "none (fake runner: nothing runs)"
+        self.telemetry = "none (fake runner)"
         self.started = False
         self.closed = False
 

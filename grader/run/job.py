@@ -46,6 +46,7 @@ class JobSpec:
     watch_globals: tuple[str, ...] = ()
     virtual_gpus: int = 0  # CUDA devices each simulated node pretends to have (0: none)
     driver: bool = False  # the script is a grader driver: it gets the recorder (__grader_emit__)
+    private: bool = False  # the grader's own code (a reference solution): its files go as soon as it ends
 
     def describe(self) -> str:
         """'2 nodes × 2 ranks, 2 virtual GPUs each'."""
@@ -108,6 +109,7 @@ class JobResult:
     error: str | None = None
     skipped: str | None = None  # why the job was not run at all
     launcher_lost: bool = False  # the grader's launcher died while the job ran (killed from inside?)
+    telemetry: dict | None = None  # per-GPU memory and utilisation the grader sampled (grader/run/telemetry.py)
 
     @property
     def layout(self) -> Layout:
@@ -118,6 +120,7 @@ class JobRunner(Protocol):
     """Runs jobs. Implementations: `LocalRunner` (real processes), `FakeRunner` (tests)."""
 
     isolation: str  # how student code is isolated, for the results' environment
+    telemetry: str  # what GPU telemetry the runner takes ("NVML, 4 GPUs") or why none
 
     def start(self) -> None:
         """Get ready (e.g. warm up) without blocking the caller for long."""

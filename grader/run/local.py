@@ -9,6 +9,9 @@ with links. A job ends when every rank has exited or when its timeout passes; th
 still alive is asked for its stack (SIGUSR1, answered by the fault handler), the job's whole
 session is killed, and any process still carrying the job's token in its environment is
 killed too. Pids reported from inside the sandbox's pid namespace are mapped to host pids.
+With a GPU source (grader/run/telemetry.py), GPU memory and utilisation are sampled from
+the grader's side while each job runs. A private job (a reference solution) has its folder
+removed as soon as its results are read, so no later job of the grading can see its files.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from grader.run.job import JobResult, JobSpec, RankResult
 from grader.run.safeio import read_json_lines, read_text_tail
 from grader.run.sandbox import Sandbox
 from grader.run.stacks import student_frames
+from grader.run.telemetry import GpuSource, Sampler
 from grader.run.torchrun_env import rank_environment
 
 GRADER_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the grader package
@@ -182,11 +186,14 @@ class _Zygote:
 class LocalRunner:
     """Runs jobs as processes on this machine. Use as a context manager, or call close()."""
 
-    def __init__(self, root: Path, options: LocalRunnerOptions | None = None, sandbox: Sandbox | None = None) -> None:
+    def __init__(self, root: Path, options: LocalRunnerOptions | None = None, sandbox: Sandbox | None = None, gpus: GpuSource | str | None = None) -> None:
+        """`gpus`: the source of GPU telemetry, or why there is none (a string, for the results)."""
         self.root = root
         self.options = options or LocalRunnerOptions()
         self.sandbox = sandbox
         self.isolation = sandbox.describe() if sandbox else "none: the submission ran with the grader's rights"
+        self.gpus = None if gpus is None or isinstance(gpus, str) else gpus
+        self.telemetry = gpus if isinstance(gpus, str) else "off" if gpus is None else f"NVML, {len(gpus.names)} GPU(s), sampled every 0.05 s"
         self._zygote: _Zygote | None = None
         self._count = 0
         if sandbox:
@@ -205,10 +212,17 @@ class LocalRunner:
                 self._zygote.close()
             self._zygote = _Zygote(self.options, self.root, self.sandbox)
 
-    def close(self) -> None:
+    def _stop_launcher(self) -> None:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+
+    def close(self) -> None:
+        """Stop the fork server and release the GPU source."""
+        self._stop_launcher()
+        if self.gpus is not None:
+            self.gpus.close()
+            self.gpus = None
 
     # ------------------------------------------------------------------ jobs
     def _prepare(self, job: JobSpec) -> Path:
@@ -271,13 +285,16 @@ class LocalRunner:
         assert self._zygote is not None
         problem = self._zygote.wait_ready(self.options.ready_timeout_s)
         if problem:
-            self.close()
+            self._stop_launcher()
             return JobResult(spec=job, ranks=[], error=problem)
         try:
             job_dir = self._prepare(job)
         except SubmissionTooLarge as exc:
             return JobResult(spec=job, ranks=[], skipped=str(exc))
         token = uuid.uuid4().hex
+        sampler = Sampler(self.gpus) if self.gpus is not None else None
+        if sampler is not None:
+            sampler.start()
         started = time.monotonic()
         deadline = started + job.timeout_s
         self._zygote.send({"op": "job", "id": job.name, "ranks": self._rank_configs(job, job_dir, token)})
@@ -319,11 +336,16 @@ class LocalRunner:
             leader_gone, orphans = self._await_leader(job.name)
             leftovers += orphans
         stray = procs.kill_by_env(TOKEN_VARIABLE, token, self.options.kill_wait_s)
+        telemetry = sampler.stop() if sampler is not None else None
         launcher_lost = not leader_gone and not self._zygote.alive()
         if launcher_lost:
-            self.close()  # the next job starts a new launcher
+            self._stop_launcher()  # the next job starts a new launcher
         ranks = [self._rank_result(job, job_dir, rank, status.get(rank)) for rank in range(job.layout.world_size)]
-        return JobResult(spec=job, ranks=ranks, timed_out=timed_out and not launcher_lost, wall_s=wall, leftovers=leftovers + stray, launcher_lost=launcher_lost)
+        if job.private:
+            shutil.rmtree(job_dir, ignore_errors=True)
+        return JobResult(
+            spec=job, ranks=ranks, timed_out=timed_out and not launcher_lost, wall_s=wall, leftovers=leftovers + stray, launcher_lost=launcher_lost, telemetry=telemetry
+        )
 
     def _await_leader(self, name: str) -> tuple[bool, int]:
         """Wait for the killed leader's exit: (seen, orphans the zygote killed)."""

@@ -13,10 +13,11 @@ import yaml
 
 from grader.checks.base import CheckDef
 from grader.run.job import Layout
-from grader.spec.model import VISIBILITIES, Assignment, CheckSpec, RunDef
+from grader.spec.model import VISIBILITIES, Assignment, CheckSpec, RunDef, Timing
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PRACTICAL_ID = re.compile(r"^p[0-9]+[a-z]?$")
 _REQUIRED = object()
 
 
@@ -75,6 +76,10 @@ def _count(minimum: int) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
 
 
+def _practical_id(value: Any) -> bool:
+    return isinstance(value, str) and bool(_PRACTICAL_ID.match(value))
+
+
 def _name(value: Any) -> bool:
     return isinstance(value, str) and bool(_NAME.match(value))
 
@@ -103,7 +108,7 @@ def _load_runs(top: _Node) -> tuple[RunDef, ...]:
     runs: list[RunDef] = []
     for index, item in enumerate(items):
         node = _Node(top.file, f"runs[{index}]", item)
-        node.only("name", "nodes", "ranks_per_node", "virtual_gpus", "script", "args")
+        node.only("name", "nodes", "ranks_per_node", "virtual_gpus", "script", "args", "solution")
         name = node.get("name", "a name (letters, digits, _ . -)", _name)
         if any(r.name == name for r in runs):
             raise SpecError(top.file, node.key("name"), "a name no other run has", name)
@@ -118,9 +123,19 @@ def _load_runs(top: _Node) -> tuple[RunDef, ...]:
                 virtual_gpus=node.get("virtual_gpus", "a whole number ≥ 0 (virtual GPUs per node)", _count(0), 0),
                 script=node.get("script", "the file name of a script of the submission", _script, None),
                 args=_load_args(node.child("args", default={})),
+                solution=node.get("solution", "a practical's id (its reference solution runs instead of the submission)", _practical_id, None),
             )
         )
     return tuple(runs)
+
+
+def _load_timing(top: _Node) -> Timing:
+    node = top.child("timing", default={})
+    node.only("repeats", "warmup_steps")
+    return Timing(
+        repeats=node.get("repeats", "a whole number from 1 to 20 (launches of each timed run)", lambda v: _count(1)(v) and v <= 20, Timing.repeats),
+        warmup_steps=node.get("warmup_steps", "a whole number ≥ 0 (steps not timed)", _count(0), Timing.warmup_steps),
+    )
 
 
 def _load_options(node: _Node, check: CheckDef) -> dict[str, Any]:
@@ -181,7 +196,7 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         where = f" at line {mark.line + 1}" if mark else ""
         raise SpecError(path, "(file)", "valid YAML", f"<{getattr(exc, 'problem', None) or exc}{where}>") from None
     top = _Node(path, "", data)
-    top.only("id", "title", "script", "seed_argument", "args", "variables", "timeouts", "runs", "checks", "answers", "manual_answers", "sandbox")
+    top.only("id", "title", "script", "seed_argument", "args", "variables", "timeouts", "runs", "checks", "answers", "manual_answers", "sandbox", "timing")
     args = _load_args(top.child("args", default={}))
     timeouts = top.child("timeouts", default={})
     timeouts.only("run_s", "total_s")
@@ -204,5 +219,6 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         source=path,
         sandbox=top.get("sandbox", "required or preferred", lambda v: v in ("required", "preferred"), "preferred"),
         answers=top.get("answers", "the file name of the answers (.yaml)", lambda v: isinstance(v, str) and v.endswith((".yaml", ".yml")) and "/" not in v, None),
+        timing=_load_timing(top),
         manual_answers=tuple(top.get("manual_answers", "a list of dotted keys of the answers file", lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), [])),
     )

@@ -20,6 +20,17 @@ class RunDef:
     virtual_gpus: int = 0
     script: str | None = None  # another script than the assignment's
     args: Mapping[str, Any] = field(default_factory=dict)  # arguments that differ in this run
+    solution: str | None = None  # run this practical's reference solution, not the submission (its own args only)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The timing protocol of the spec's speed checks: each timed run is launched `repeats`
+    times, interleaved with the reference solution's launches, and the first `warmup_steps`
+    optimizer steps of every launch are not timed."""
+
+    repeats: int = 3
+    warmup_steps: int = 1
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class Assignment:
     sandbox: str = "preferred"  # "required": never graded without the sandbox (official grading)
     answers: str | None = None  # the submission's answers file (YAML), if the practical has one
     manual_answers: tuple[str, ...] = ()  # dotted keys of free-text answers, graded by people
+    timing: Timing = Timing()
 
     @property
     def max_score(self) -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 from grader import __version__
 from grader.course import Course, load_practical
 from grader.grade.pipeline import GradeOptions
-from grader.grade.session import grade_folder
+from grader.grade.session import grade_folder, with_course
 from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport
 from grader.store import ResultsStore
@@ -120,7 +120,7 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     scratch = Path(tempfile.mkdtemp(prefix="grader-work-"))
     try:
         folder = materialise(submission, scratch)
-        options = GradeOptions(world_size=submission.options.get("world_size"))
+        options = with_course(GradeOptions(world_size=submission.options.get("world_size")), course, submission.practical)
         report = grade_folder(practical, folder, options, official=True).report
     except MaterialiseError as exc:
         report = GradingReport.failure(submission.practical, str(exc))

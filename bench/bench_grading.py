@@ -1,0 +1,216 @@
+"""Benchmarks of grading (not tests): latency, overhead, the speed checks' false-fail rate, and —
+on a machine with CUDA — the real-GPU path. Writes bench/RESULTS.md (and prints it).
+
+    python bench/bench_grading.py [--repeat N] [--false-fail-runs N] [--out bench/RESULTS.md]
+
+1. Latency: `python -m grader grade P solutions/P` for every practical, as a user waits for it
+   (Python start, imports, the reference computation, every run, results.json). Target: all
+   four in ≤ 60 s together on the project's 2-core machine.
+2. Overhead: each grading against bare runs of the same scripts with the same arguments and
+   layouts — every launch the grading makes, timed launches and the reference solution's
+   launches included: `torchrun` (two agents meeting on 127.0.0.1 for a 2-node layout), under
+   `python -m grader run --virtual-gpus N` where the spec runs on virtual GPUs. Grader and bare
+   runs alternate; the minimum of the repeats is compared. Target: ratio ≤ 1.5. p4 has no bare
+   equivalent (the grader runs a notebook's graded cells through its own driver).
+3. False fails: the reference solutions graded N times while a competing process keeps the
+   other core busy; a speed check that fails the reference is a false fail. Target: 0 of 20.
+4. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
+   DataParallel step times, NVML readings, and the fidelity suite (virtual vs real devices).
+All ratios are measured in this one process run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from grader.course import Practical, load_course, load_practical  # noqa: E402 - after the path is set
+from grader.grade.pipeline import GradeOptions, deferred_checks, plan_runs, timed_runs  # noqa: E402
+from grader.spec.model import RunDef  # noqa: E402
+
+PYTHON = sys.executable
+TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
+PRACTICALS = ("p4", "p5", "p6", "p10")
+SPEED_CHECKS = ("efficiency", "scaling", "faster_than")
+
+
+def machine() -> str:
+    """CPU model and count, memory, GPUs, Python and torch."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    gpus = f"{torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB; {gpus}; Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def timed(commands: list[list[str]], env: dict | None = None) -> float:
+    """Wall time of running `commands` together (each must succeed)."""
+    started = time.perf_counter()
+    procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in commands]
+    errors = [p.communicate()[1] for p in procs]
+    elapsed = time.perf_counter() - started
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"bare run failed: {commands}\n{errors[0].decode()[-2000:]}")
+    return elapsed
+
+
+def grade(practical: str, results: Path, *extra: str) -> tuple[float, dict]:
+    started = time.perf_counter()
+    done = subprocess.run([PYTHON, "-m", "grader", "grade", practical, f"solutions/{practical}", "--results", str(results), *extra], cwd=ROOT, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"grading {practical} failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
+    return elapsed, json.loads(results.read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def bare_launch(practical: Practical, run: RunDef, argv: list[str]) -> float:
+    """One bare launch of a run, as a user would start it: python for a single-process
+    practical, torchrun otherwise; under `grader run --virtual-gpus N` for virtual GPUs."""
+    spec = practical.assignment
+    script = str(ROOT / "solutions" / (run.solution or practical.id) / (run.script or spec.script))
+    layout = run.layout
+    wrap = [PYTHON, "-m", "grader", "run", "--virtual-gpus", str(run.virtual_gpus), "--"] if run.virtual_gpus else []
+    if not any(r.layout.world_size > 1 for r in spec.runs):
+        return timed([[*wrap, PYTHON, script, *argv]])
+    if layout.nodes == 1:
+        return timed([[*wrap, *TORCHRUN, f"--nproc_per_node={layout.ranks_per_node}", script, *argv]])
+    port = free_port()
+    agents = [
+        [*wrap, *TORCHRUN, f"--nnodes={layout.nodes}", f"--node_rank={n}", f"--nproc_per_node={layout.ranks_per_node}", "--master_addr=127.0.0.1", f"--master_port={port}", script, *argv]
+        for n in range(layout.nodes)
+    ]
+    return timed(agents)
+
+
+def bare_grading(practical: Practical, seed: int) -> float:
+    """Every launch a CPU grading of the practical makes, run bare, one after the other."""
+    spec = practical.assignment
+    options = GradeOptions(solutions=ROOT / "solutions")
+    deferred = deferred_checks(practical, spec.checks, 0, options)
+    graded = tuple(c for c in spec.checks if c.id not in deferred)
+    runs = plan_runs(spec, graded, options)
+    timed_ones = timed_runs(practical, graded, runs)
+    total = 0.0
+    for run in runs:
+        args = {**spec.args, **({spec.seed_argument: seed} if spec.seed_argument else {}), **run.args}
+        argv = [f"--{k}={v}" for k, v in args.items()]
+        launches = 2 * spec.timing.repeats if run in timed_ones else 1
+        total += sum(bare_launch(practical, run, argv) for _ in range(launches))
+    return total
+
+
+def speed_failures(practical: Practical, document: dict) -> list[str]:
+    """The speed checks that failed in a results document."""
+    speed_ids = {c.id for c in practical.assignment.checks if practical.module.CHECKS[c.check].timed}
+    return [f"{t['tags'][0]}: {t['output']}" for t in document["tests"] if t.get("status") == "failed" and t["tags"][0] in speed_ids]
+
+
+def competing_load() -> subprocess.Popen:
+    """A busy loop on the last core (the grading's ranks share the machine with it)."""
+    code = "import os\nos.sched_setaffinity(0, {os.cpu_count() - 1})\nwhile True:\n    pass\n"
+    return subprocess.Popen([PYTHON, "-c", code])
+
+
+def gpu_section(work: Path) -> list[str]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return ["No CUDA GPU on this machine: the NCCL path, p5's baseline on a real GPU, NVML readings and the real-vs-virtual comparison were not measured in this run."]
+    lines = []
+    seconds, document = grade("p6", work / "p6-nccl.json", "--world-size", "1")
+    lines.append(f"- p6 on NCCL, world size 1: {document['score']:g}/{document['extra_data']['max_score']:g} in {seconds:.1f} s; environment: {document['extra_data']['environment']['devices']}")
+    seconds, document = grade("p5", work / "p5-gpu.json")
+    step = next((t for t in document["tests"] if t["tags"][0] == "gpu_step_times"), None)
+    lines.append(f"- p5 on real GPUs ({seconds:.1f} s): " + (step["output"].splitlines()[0] if step else "no step-time check"))
+    for run in document["extra_data"]["runs"]:
+        if run.get("gpu_telemetry"):
+            gpus = "; ".join(f"GPU {g['index']} +{g['memory_added_peak_mib']:.0f} MiB, {g['utilization_mean_pct']:.0f}% busy" for g in run["gpu_telemetry"]["gpus"])
+            lines.append(f"  - NVML during {run['name']}: {gpus}")
+    fidelity = subprocess.run([PYTHON, "-m", "pytest", "-q", "tests/test_fidelity.py"], cwd=ROOT, capture_output=True, text=True)
+    lines.append(f"- fidelity suite (virtual vs real CUDA): {fidelity.stdout.strip().splitlines()[-1] if fidelity.stdout.strip() else fidelity.returncode}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=2, help="repeats of the latency/overhead comparison (the minimum counts)")
+    parser.add_argument("--false-fail-runs", type=int, default=20)
+    parser.add_argument("--false-fail-practicals", default="p6,p10")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    options = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+    course = load_course(ROOT)
+    practicals = {p: load_practical(course, p) for p in PRACTICALS}
+    started = time.perf_counter()
+    latency: dict[str, list[float]] = {p: [] for p in PRACTICALS}
+    bare: dict[str, list[float]] = {p: [] for p in PRACTICALS if p != "p4"}
+    for repeat in range(options.repeat):
+        for practical in PRACTICALS:
+            seconds, _ = grade(practical, work / f"{practical}.json", "--seed", str(1000 + repeat))
+            latency[practical].append(seconds)
+            if practical in bare:
+                bare[practical].append(bare_grading(practicals[practical], 1000 + repeat))
+    false_fails: dict[str, list[str]] = {}
+    ranked = [p for p in options.false_fail_practicals.split(",") if p]
+    load = competing_load()
+    try:
+        for practical in ranked:
+            false_fails[practical] = []
+            for run in range(options.false_fail_runs):
+                _, document = grade(practical, work / f"ff-{practical}-{run}.json")
+                false_fails[practical] += speed_failures(practicals[practical], document)
+    finally:
+        load.kill()
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py` (one run, {time.perf_counter() - started:.0f} s).",
+        f"Machine: {machine()}.",
+        "",
+        "## Grading latency and overhead (reference solutions, minimum of " + str(options.repeat) + " repeats)",
+        "",
+        "| practical | grading | bare runs of the same launches | ratio (target ≤ 1.5) |",
+        "|---|---|---|---|",
+    ]
+    for practical in PRACTICALS:
+        graded = min(latency[practical])
+        if practical in bare:
+            plain = min(bare[practical])
+            lines.append(f"| {practical} | {graded:.1f} s | {plain:.1f} s | {graded / plain:.2f} |")
+        else:
+            lines.append(f"| {practical} | {graded:.1f} s | (no bare equivalent: a notebook's graded cells) | – |")
+    total = sum(min(v) for v in latency.values())
+    lines += ["", f"All four practicals: **{total:.1f} s** (target ≤ 60 s).", ""]
+    lines += ["## False fails of the speed checks under a competing load", "", "A busy loop pinned to the last core while the reference solution is graded in full.", ""]
+    for practical, failed in false_fails.items():
+        lines.append(f"- {practical}: **{len(failed)} of {options.false_fail_runs}** gradings had a failed speed check (target 0)" + "".join(f"\n  - {f}" for f in failed[:5]))
+    lines += ["", "## On a GPU machine", "", *gpu_section(work), ""]
+    text = "\n".join(lines)
+    options.out.write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Speed checks: is the submission as fast as it should be, measured by the grader.
+
+Every number here comes from grader/checks/timing.py's protocol over launches the grader
+made, with inputs it chose; nothing a script prints is used. Each check compares with a
+measurement taken on the same machine in the same grading (the reference solution's launches,
+interleaved with the submission's), so a busy node slows both sides alike:
+
+- `efficiency`: the submission's step time is at most `max_ratio` × the reference's, per run
+  (gradable anywhere, the CPU included);
+- `scaling`: the speedup of the parallel run over the single-device run is at least `fraction`
+  of the reference's speedup — the one calibrated on this machine's GPU model and count
+  (calibration/<practical>.yaml) when there is one, else the one measured in this grading;
+- `faster_than`: the first run's step time is at most `max_ratio` × the second's (e.g. p6's
+  DDP against p5's reference DataParallel on the same GPUs and batch).
+
+A side that could not be timed fails the check when it is the submission's own launches
+(a crash is not a fast run), and defers it when it is the reference's (not the student's doing).
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.checks.timing import Measurement, TimedRuns, measure
+
+NOT_TIMED = "this grading did not time it (speed is measured by the autograder, from the spec's runs)"
+
+
+def _sides(ctx: CheckContext, name: str) -> tuple[Measurement, Measurement] | None:
+    timed: TimedRuns | None = ctx.timings.get(name)
+    if timed is None:
+        return None
+    return measure(timed.own, ctx.warmup_steps), measure(timed.reference, ctx.warmup_steps)
+
+
+def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurement, Measurement]]] | Verdict:
+    """The two runs of a comparing check, each measured; or the verdict that defers it."""
+    if len(ctx.runs) != 2:
+        return Verdict(False, "", deferred=f"the spec must give this check two runs ({roles}), found {len(ctx.runs)}")
+    names = [run.spec.name for run in ctx.runs]
+    measured = [_sides(ctx, name) for name in names]
+    if any(m is None for m in measured):
+        return Verdict(False, "", deferred=NOT_TIMED)
+    return names, [m for m in measured if m is not None]
+
+
+def efficiency(ctx: CheckContext) -> Verdict:
+    """Per timed run, the submission's step time is at most max_ratio × the reference
+    solution's, both measured in this grading (best of k interleaved launches)."""
+    limit = float(ctx.options["max_ratio"])
+    lines, data, passed = [], {}, True
+    for run in ctx.runs:
+        sides = _sides(ctx, run.spec.name)
+        if sides is None:
+            return Verdict(False, "", deferred=NOT_TIMED)
+        own, reference = sides
+        if not reference.timed:
+            return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
+        if not own.timed:
+            return Verdict(False, f"{run.spec.name}: your script could not be timed: {own.problem}")
+        ratio = own.best_s / reference.best_s
+        ok = ratio <= limit
+        passed &= ok
+        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe()}, the reference {reference.describe()}")
+        data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data()}
+    summary = "; ".join(lines) if passed else next(line for line in lines if "allowed" in line)
+    return Verdict(passed, summary, tuple(lines), data={"speed": data})
+
+
+def _calibrated_speedup(ctx: CheckContext, baseline: str, parallel: str) -> float | None:
+    runs = (ctx.baselines or {}).get("runs", {})
+    try:
+        return float(runs[baseline]["median_step_s"]) / float(runs[parallel]["median_step_s"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def scaling(ctx: CheckContext) -> Verdict:
+    """The speedup of the second run (parallel) over the first (single device) reaches
+    `fraction` of the reference solution's speedup on this GPU model and count."""
+    pair = _pair(ctx, "single device, parallel")
+    if isinstance(pair, Verdict):
+        return pair
+    names, ((single, single_ref), (parallel, parallel_ref)) = pair
+    for name, side in zip(names, (single, parallel)):
+        if not side.timed:
+            return Verdict(False, f"{name}: your script could not be timed: {side.problem}")
+    speedup = single.best_s / parallel.best_s
+    reference = _calibrated_speedup(ctx, *names)
+    source = "calibrated on this GPU model and count"
+    if reference is None and single_ref.timed and parallel_ref.timed:
+        reference, source = single_ref.best_s / parallel_ref.best_s, "measured in this grading"
+    if reference is None:
+        return Verdict(False, "", deferred="no reference speedup on this machine: neither calibrated (`grader calibrate`) nor measurable in this grading")
+    threshold = float(ctx.options["fraction"]) * reference
+    passed = speedup >= threshold
+    summary = (
+        f"speedup {speedup:.2f}× ({names[0]} {single.describe()}; {names[1]} {parallel.describe()}); "
+        f"{'at least' if passed else 'below'} the {threshold:.2f}× required ({ctx.options['fraction']:g} × the reference's {reference:.2f}×, {source})"
+    )
+    data = {"speedup": round(speedup, 4), "threshold": round(threshold, 4), "reference_speedup": round(reference, 4), "threshold_source": source, "submission": {names[0]: single.as_data(), names[1]: parallel.as_data()}}
+    return Verdict(passed, summary, data={"speed": data})
+
+
+def faster_than(ctx: CheckContext) -> Verdict:
+    """The first run's step time is at most max_ratio × the second run's (each best of k)."""
+    pair = _pair(ctx, "yours, the one to compare with")
+    if isinstance(pair, Verdict):
+        return pair
+    names, ((first, _), (second, _)) = pair
+    if not first.timed:
+        return Verdict(False, f"{names[0]}: your script could not be timed: {first.problem}")
+    if not second.timed:
+        return Verdict(False, "", deferred=f"{names[1]} could not be timed here ({second.problem})")
+    limit = float(ctx.options["max_ratio"])
+    ratio = first.best_s / second.best_s
+    passed = ratio <= limit
+    summary = f"{names[0]} {first.describe()} is {ratio:.2f}× {names[1]}'s {second.describe()}; at most {limit:g}× passes"
+    return Verdict(passed, summary, data={"speed": {"ratio": round(ratio, 4), "max_ratio": limit, names[0]: first.as_data(), names[1]: second.as_data()}})
+
+
+CHECKS = MappingProxyType(
+    {
+        check.id: check
+        for check in (
+            CheckDef("efficiency", efficiency, efficiency.__doc__ or "", {"max_ratio": OptionDef(float, 1.2, minimum=1.0, help="the slowest step-time ratio to the reference that passes")}, timed=True),
+            CheckDef("scaling", scaling, scaling.__doc__ or "", {"fraction": OptionDef(float, 0.8, minimum=0.0, maximum=1.0, help="the share of the reference's speedup required")}, real_gpus=2, timed=True),
+            CheckDef("faster_than", faster_than, faster_than.__doc__ or "", {"max_ratio": OptionDef(float, 1.0, minimum=0.1, help="the slowest ratio of the first run's step time to the second's that passes")}, real_gpus=2, timed=True),
+        )
+    }
+)

@@ -1,0 +1,237 @@
+"""Speed checks, the timing protocol, interleaved timed launches, and GPU telemetry — without
+processes: synthetic launches whose step times the test chooses, the fake runner, and a fake
+NVML source. (Real timed gradings are in test_p6_grading.py and test_p10_grading.py.)"""
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+
+import pytest
+
+from grader.checks import speed, timing
+from grader.checks.base import CheckContext
+from grader.checks.dataparallel import gpu0_memory
+from grader.course import Practical
+from grader.grade.pipeline import GradeOptions, grade
+from grader.results.gradescope import to_gradescope
+from grader.results.model import Status
+from grader.results.render import overview_text
+from grader.run.fake import FakeRunner
+from grader.run.job import JobResult, JobSpec, Layout, RankResult
+from grader.run.telemetry import FakeGpus, Sampler, describe, open_nvml, summarise
+from grader.spec import load_assignment
+from observations import crashed
+
+
+def launch(name: str, *per_rank_steps: list[float], virtual_gpus: int = 0, telemetry: dict | None = None) -> JobResult:
+    """A launch whose rank r took per_rank_steps[r][i] seconds for step i + 1 (step 0 untimed)."""
+    spec = JobSpec(name=name, submission=Path("/nowhere"), script="s.py", argv=(), layout=Layout(1, len(per_rank_steps)), timeout_s=60, virtual_gpus=virtual_gpus)
+    ranks = []
+    for rank, steps in enumerate(per_rank_steps):
+        ends, t = [0.0], 0.0
+        for seconds in steps:
+            t += seconds
+            ends.append(t)
+        events = [{"kind": "opt_params", "step": i, "t": end} for i, end in enumerate(ends)]
+        ranks.append(RankResult(rank=rank, local_rank=rank, node=0, status="exit:0", events=events))
+    return JobResult(spec=spec, ranks=ranks, wall_s=sum(per_rank_steps[0]), telemetry=telemetry)
+
+
+def steady(name: str, seconds: float, launches: int = 3, steps: int = 6) -> tuple[JobResult, ...]:
+    return tuple(launch(name, [seconds] * steps, [seconds] * steps) for _ in range(launches))
+
+
+def context(check_runs: list[str], timings: dict, options: dict, baselines: dict | None = None, warmup: int = 1) -> CheckContext:
+    runs = tuple(timings[name].own[0] for name in check_runs)
+    return CheckContext(runs=runs, options=options, args={}, timings=timings, warmup_steps=warmup, baselines=baselines)
+
+
+# ---------------------------------------------------------------- the protocol
+def test_warmup_steps_are_left_out_and_the_slowest_rank_counts_per_step() -> None:
+    run = launch("t", [9.0, 1.0, 1.0, 2.0], [0.5, 3.0, 1.0, 1.0])
+    assert timing.step_seconds(run, warmup=1) == pytest.approx([9.0, 3.0, 1.0, 2.0])  # steps 1..4, max over ranks
+    assert timing.step_seconds(run, warmup=2) == pytest.approx([3.0, 1.0, 2.0])  # step 1 (the 9 s one) is warm-up
+    assert timing.summary(run, warmup=2) == {"median_step_s": 2.0, "min_step_s": 1.0, "steps": 3, "wall_s": 13.0}
+
+
+def test_a_side_is_its_best_launch_and_its_median_launch() -> None:
+    measured = timing.measure([launch("t", [s] * 4) for s in (0.03, 0.01, 0.02)])
+    assert measured.timed and measured.best_s == pytest.approx(0.01) and measured.typical_s == pytest.approx(0.02)
+    assert measured.describe() == "10.00 ms per step (best of 3 launches; median 20.00 ms)"
+
+
+def test_a_crashed_launch_makes_the_side_untimed_not_fast() -> None:
+    broken = launch("t", [0.001] * 4)
+    crashed(broken.ranks[0], "RuntimeError", "boom")
+    broken.ranks[0].status = "exit:1"
+    measured = timing.measure([launch("t", [0.01] * 4), broken])
+    assert not measured.timed and "RuntimeError" in (measured.problem or "")
+    assert not timing.measure([launch("t", [])]).timed  # one step: nothing marks its start
+
+
+# ---------------------------------------------------------------- efficiency
+def test_efficiency_passes_within_the_ratio_of_the_reference() -> None:
+    timings = {"timed": timing.TimedRuns(own=steady("timed", 0.011), reference=steady("timed@reference", 0.010))}
+    verdict = speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2}))
+    assert verdict.passed, verdict.summary
+    assert "1.10× the reference's step time" in verdict.summary and "yours 11.00 ms per step" in verdict.summary
+    assert verdict.data["speed"]["timed"]["reference"]["best_step_s"] == pytest.approx(0.01)
+
+
+def test_efficiency_fails_a_submission_that_does_redundant_work() -> None:
+    timings = {"timed": timing.TimedRuns(own=steady("timed", 0.031), reference=steady("timed@reference", 0.010))}
+    verdict = speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2}))
+    assert not verdict.passed
+    assert verdict.summary.startswith("timed (1 node × 2 ranks): 3.10× the reference's step time, above the 1.2× allowed")
+
+
+def test_efficiency_compares_best_launches_so_one_disturbed_launch_does_not_fail_it() -> None:
+    own = (launch("timed", [0.050] * 6), launch("timed", [0.010] * 6), launch("timed", [0.011] * 6))  # a noisy neighbour hit launch 1
+    timings = {"timed": timing.TimedRuns(own=own, reference=steady("timed@reference", 0.010))}
+    assert speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2})).passed
+
+
+def test_efficiency_is_deferred_when_the_reference_cannot_be_timed_and_failed_when_the_submission_cannot() -> None:
+    dead = launch("timed@reference", [])
+    timings = {"timed": timing.TimedRuns(own=steady("timed", 0.01), reference=(dead,))}
+    verdict = speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2}))
+    assert verdict.deferred and verdict.deferred.startswith("the reference solution could not be timed here")
+    timings = {"timed": timing.TimedRuns(own=(launch("timed", []),), reference=steady("timed@reference", 0.01))}
+    verdict = speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2}))
+    assert not verdict.passed and not verdict.deferred and "your script could not be timed: no optimizer step after the first 1" in verdict.summary
+
+
+# ---------------------------------------------------------------- scaling and faster_than
+def scaling_timings(single: float, parallel: float, ref_single: float, ref_parallel: float) -> dict:
+    return {
+        "one": timing.TimedRuns(own=steady("one", single), reference=steady("one@reference", ref_single)),
+        "two": timing.TimedRuns(own=steady("two", parallel), reference=steady("two@reference", ref_parallel)),
+    }
+
+
+def test_scaling_uses_the_calibrated_speedup_of_this_gpu_model_and_count() -> None:
+    baselines = {"runs": {"one": {"median_step_s": 0.020}, "two": {"median_step_s": 0.010}}}  # 2.0× calibrated
+    ok = speed.scaling(context(["one", "two"], scaling_timings(0.020, 0.0115, 0.02, 0.02), {"fraction": 0.8}, baselines))
+    assert ok.passed and "speedup 1.74×" in ok.summary and "0.8 × the reference's 2.00×, calibrated on this GPU model and count" in ok.summary
+    slow = speed.scaling(context(["one", "two"], scaling_timings(0.020, 0.015, 0.02, 0.02), {"fraction": 0.8}, baselines))
+    assert not slow.passed and "speedup 1.33×" in slow.summary and "below the 1.60× required" in slow.summary
+
+
+def test_scaling_without_calibration_uses_the_reference_measured_in_the_same_grading() -> None:
+    verdict = speed.scaling(context(["one", "two"], scaling_timings(0.020, 0.020, 0.020, 0.0125), {"fraction": 0.8}))
+    assert not verdict.passed and "0.8 × the reference's 1.60×, measured in this grading" in verdict.summary
+
+
+def test_faster_than_compares_the_first_run_with_the_second() -> None:
+    timings = {"ddp": timing.TimedRuns(own=steady("ddp", 0.008)), "dp": timing.TimedRuns(own=steady("dp", 0.010))}
+    assert speed.faster_than(context(["ddp", "dp"], timings, {"max_ratio": 1.0})).passed
+    timings["ddp"] = timing.TimedRuns(own=steady("ddp", 0.013))
+    verdict = speed.faster_than(context(["ddp", "dp"], timings, {"max_ratio": 1.0}))
+    assert not verdict.passed and verdict.summary.startswith("ddp 13.00 ms per step") and "is 1.30× dp's" in verdict.summary
+
+
+# ---------------------------------------------------------------- the pipeline's timed launches
+SPEC = """
+id: p6
+title: DDP
+script: p6_ddp.py
+seed_argument: seed
+args: {batch_size: 64, steps: 3}
+timing: {repeats: 2, warmup_steps: 1}
+runs:
+  - {name: ws2, ranks_per_node: 2}
+  - {name: timed, ranks_per_node: 2, args: {steps: 8}}
+checks:
+  - {id: clean_exit, title: Exit, points: 1, runs: [ws2, timed]}
+  - {id: efficiency, title: Speed, points: 2, runs: [timed], options: {max_ratio: 1.2}}
+"""
+
+
+@pytest.fixture
+def timed_practical(tmp_path: Path) -> tuple[Practical, Path, Path]:
+    from grader.checks.distributed import CHECKS as DISTRIBUTED
+
+    module = ModuleType("p6_timed")
+    module.CHECKS = MappingProxyType({"clean_exit": DISTRIBUTED["clean_exit"], "efficiency": speed.CHECKS["efficiency"]})
+    module.references = lambda args, runs: {}
+    (tmp_path / "assignment.yaml").write_text(SPEC)
+    submission, solutions = tmp_path / "work", tmp_path / "solutions"
+    for folder in (submission, solutions / "p6"):
+        folder.mkdir(parents=True)
+        (folder / "p6_ddp.py").write_text("pass\n")
+    return Practical(load_assignment(tmp_path / "assignment.yaml", module.CHECKS), module), submission, solutions
+
+
+def test_timed_runs_alternate_reference_and_submission_launches(timed_practical) -> None:
+    practical, submission, solutions = timed_practical
+    runner = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8))
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
+    assert [job.name for job in runner.jobs] == ["ws2", "timed@reference", "timed", "timed@reference#2", "timed#2"]
+    references = [job for job in runner.jobs if "@reference" in job.name]
+    assert all(job.submission == solutions / "p6" and job.private for job in references)
+    assert all(job.submission == submission and not job.private for job in runner.jobs if job not in references)
+    assert references[0].argv == runner.jobs[2].argv  # the same inputs, the seed included
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.PASSED and "1.00× the reference's step time" in efficiency.summary
+
+
+def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is_timed(timed_practical) -> None:
+    practical, submission, _ = timed_practical
+    runner = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8))
+    report = grade(practical, submission, runner, GradeOptions(seed=5))
+    assert [job.name for job in runner.jobs] == ["ws2", "timed"]  # clean_exit still wants it, once
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.DEFERRED and "the reference solution, which is not available here" in efficiency.summary
+    runner = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8))
+    report = grade(practical, submission, runner, GradeOptions(seed=5, timing=False, solutions=submission.parent / "solutions"))
+    assert "--no-timing" in next(c for c in report.checks if c.id == "efficiency").summary
+
+
+# ---------------------------------------------------------------- GPU telemetry
+GIB = 2**30
+
+
+def test_the_sampler_summarises_memory_added_and_utilisation_per_gpu() -> None:
+    readings = [[(1 * GIB, 0), (1 * GIB, 0)], [(5 * GIB, 90), (2 * GIB, 40)], [(6 * GIB, 100), (2 * GIB, 60)], [(1 * GIB, 0), (1 * GIB, 0)]]
+    source = FakeGpus(["H100", "H100"], [80 * GIB, 80 * GIB], readings)
+    sampler = Sampler(source, interval_s=0.01)
+    sampler.start()
+    import time
+
+    time.sleep(0.1)
+    telemetry = sampler.stop()
+    assert telemetry is not None and telemetry["source"] == "NVML" and telemetry["samples"] >= 4
+    gpu0, gpu1 = telemetry["gpus"]
+    assert (gpu0["memory_before_mib"], gpu0["memory_peak_mib"], gpu0["memory_added_peak_mib"]) == (1024.0, 6144.0, 5120.0)
+    assert gpu1["memory_added_peak_mib"] == 1024.0 and gpu1["utilization_max_pct"] == 60
+    assert describe(telemetry).splitlines()[0] == "GPU 0 (H100): peak memory 6144 MiB (+5120 MiB during the run), utilisation " + f"{gpu0['utilization_mean_pct']:.0f}% mean, 100% max"
+
+
+def test_without_nvml_telemetry_is_off_with_a_reason() -> None:
+    source = open_nvml()
+    if not isinstance(source, str):
+        source.close()
+        pytest.skip("this machine has NVML: the reason is only given without it")
+    assert source.startswith("GPU telemetry off: ")
+
+
+def telemetry_of(*added_mib: float) -> dict:
+    return summarise([f"GPU{i}" for i in range(len(added_mib))], [80 * GIB] * len(added_mib), [[(0, 0)] * len(added_mib), [(int(m * 2**20), 50) for m in added_mib]], 0.05)
+
+
+def test_gpu0_imbalance_is_judged_on_the_graders_own_nvml_readings() -> None:
+    loaded = launch("dp_gpus", [0.01] * 3, telemetry=telemetry_of(3000, 1200))
+    verdict = gpu0_memory(CheckContext(runs=(loaded,), options={}, args={}, gpus=2))
+    assert verdict.passed and "GPU 0: +3000 MiB, GPU 1: +1200 MiB (NVML, measured by the grader)" in verdict.details[0]
+    even = launch("dp_gpus", [0.01] * 3, telemetry=telemetry_of(1200, 1300))
+    verdict = gpu0_memory(CheckContext(runs=(even,), options={}, args={}, gpus=2))
+    assert not verdict.passed and "GPU 0 is not the most loaded: GPU 0: +1200 MiB, GPU 1: +1300 MiB" in verdict.details[0]
+
+
+def test_telemetry_reaches_the_results_and_the_feedback(timed_practical) -> None:
+    practical, submission, _ = timed_practical
+    runner = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8, telemetry=telemetry_of(500, 400)))
+    report = grade(practical, submission, runner, GradeOptions(seed=5))
+    document = to_gradescope(report)
+    assert document["extra_data"]["runs"][0]["gpu_telemetry"]["gpus"][0]["memory_added_peak_mib"] == 500.0
+    assert "GPU 1 (GPU1): peak memory 400 MiB (+400 MiB during the run)" in overview_text(report)
