@@ -91,6 +91,13 @@ def test_efficiency_compares_best_launches_so_one_disturbed_launch_does_not_fail
     assert speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2})).passed
 
 
+def test_one_lucky_reference_launch_does_not_fail_a_correct_submission() -> None:
+    reference = (launch("timed@reference", [0.010] * 6), launch("timed@reference", [0.013] * 6), launch("timed@reference", [0.013] * 6))
+    timings = {"timed": timing.TimedRuns(own=steady("timed", 0.0135), reference=reference)}
+    verdict = speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2}))
+    assert verdict.passed and "1.04× the reference's step time" in verdict.summary  # 13.5 ms against the reference's median 13 ms
+
+
 def test_efficiency_is_deferred_when_the_reference_cannot_be_timed_and_failed_when_the_submission_cannot() -> None:
     dead = launch("timed@reference", [])
     timings = {"timed": timing.TimedRuns(own=steady("timed", 0.01), reference=(dead,))}

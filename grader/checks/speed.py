@@ -5,8 +5,8 @@ made, with inputs it chose; nothing a script prints is used. Each check compares
 measurement taken on the same machine in the same grading (the reference solution's launches,
 interleaved with the submission's), so a busy node slows both sides alike:
 
-- `efficiency`: the submission's step time is at most `max_ratio` × the reference's, per run
-  (gradable anywhere, the CPU included);
+- `efficiency`: the submission's step time (its best launch) is at most `max_ratio` × the
+  reference's (its median launch), per run (gradable anywhere, the CPU included);
 - `scaling`: the speedup of the parallel run over the single-device run is at least `fraction`
   of the reference's speedup — the one calibrated on this machine's GPU model and count
   (calibration/<practical>.yaml) when there is one, else the one measured in this grading;
@@ -46,7 +46,8 @@ def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurem
 
 def efficiency(ctx: CheckContext) -> Verdict:
     """Per timed run, the submission's step time is at most max_ratio × the reference
-    solution's, both measured in this grading (best of k interleaved launches)."""
+    solution's, both measured in this grading: your best of k launches against the median of
+    the reference's k launches, interleaved with yours."""
     limit = float(ctx.options["max_ratio"])
     lines, data, passed = [], {}, True
     for run in ctx.runs:
@@ -58,7 +59,7 @@ def efficiency(ctx: CheckContext) -> Verdict:
             return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
         if not own.timed:
             return Verdict(False, f"{run.spec.name}: your script could not be timed: {own.problem}")
-        ratio = own.best_s / reference.best_s
+        ratio = own.best_s / reference.typical_s
         ok = ratio <= limit
         passed &= ok
         lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe()}, the reference {reference.describe()}")
@@ -89,7 +90,7 @@ def scaling(ctx: CheckContext) -> Verdict:
     reference = _calibrated_speedup(ctx, *names)
     source = "calibrated on this GPU model and count"
     if reference is None and single_ref.timed and parallel_ref.timed:
-        reference, source = single_ref.best_s / parallel_ref.best_s, "measured in this grading"
+        reference, source = single_ref.typical_s / parallel_ref.typical_s, "measured in this grading"
     if reference is None:
         return Verdict(False, "", deferred="no reference speedup on this machine: neither calibrated (`grader calibrate`) nor measurable in this grading")
     threshold = float(ctx.options["fraction"]) * reference
@@ -103,7 +104,8 @@ def scaling(ctx: CheckContext) -> Verdict:
 
 
 def faster_than(ctx: CheckContext) -> Verdict:
-    """The first run's step time is at most max_ratio × the second run's (each best of k)."""
+    """The first run's step time (its best launch) is at most max_ratio × the second run's
+    (its median launch)."""
     pair = _pair(ctx, "yours, the one to compare with")
     if isinstance(pair, Verdict):
         return pair
@@ -113,7 +115,7 @@ def faster_than(ctx: CheckContext) -> Verdict:
     if not second.timed:
         return Verdict(False, "", deferred=f"{names[1]} could not be timed here ({second.problem})")
     limit = float(ctx.options["max_ratio"])
-    ratio = first.best_s / second.best_s
+    ratio = first.best_s / second.typical_s
     passed = ratio <= limit
     summary = f"{names[0]} {first.describe()} is {ratio:.2f}× {names[1]}'s {second.describe()}; at most {limit:g}× passes"
     return Verdict(passed, summary, data={"speed": {"ratio": round(ratio, 4), "max_ratio": limit, names[0]: first.as_data(), names[1]: second.as_data()}})
