@@ -51,7 +51,11 @@ def test_reference_solution_gets_full_marks_on_every_layout(tmp_path: Path) -> N
 def test_untouched_template_gets_zero_with_one_line_per_check(tmp_path: Path) -> None:
     _, results = grade_with_cli("assignments/p6", tmp_path / "T.json")
     assert results["score"] == 0
-    for check in results["tests"]:
+    checks = checks_by_id(results)
+    assert checks["efficiency"]["status"] == "failed"
+    assert checks["efficiency"]["output"].startswith("timed: your script could not be timed: the script stops at TODO 1")
+    assert "deferred_points" in checks["ddp_vs_dp"]["extra_data"]  # needs 2 real GPUs
+    for check in (checks[name] for name in ALL_CHECKS):
         assert check["status"] == "failed"
         assert check["output"].count("\n") == 0, check["output"]
         assert check["output"].startswith("the script stops at TODO 1: initialise the process group")
