@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader.course import Practical, load_course, load_practical  # noqa: E402 - after the path is set
-from grader.grade.pipeline import GradeOptions, deferred_checks, plan_runs, timed_runs  # noqa: E402
+from grader.grade.pipeline import GradeOptions, deferred_checks, plan_runs, reference_launched, timed_runs  # noqa: E402
 from grader.spec.model import RunDef  # noqa: E402
 
 PYTHON = sys.executable
@@ -129,11 +129,12 @@ def bare_grading(practical: Practical, seed: int, failures: list[str]) -> float:
     graded = tuple(c for c in spec.checks if c.id not in deferred)
     runs = plan_runs(spec, graded, options)
     timed_ones = timed_runs(practical, graded, runs)
+    referenced = reference_launched(practical, graded, runs)
     total = 0.0
     for run in runs:
         args = {**spec.args, **({spec.seed_argument: seed} if spec.seed_argument else {}), **run.args}
         argv = [f"--{k}={v}" for k, v in args.items()]
-        launches = 2 * spec.timing.repeats if run in timed_ones else 1
+        launches = (spec.timing.repeats if run in timed_ones else 1) * (2 if run.name in referenced else 1)
         total += sum(retried(lambda: bare_launch(practical, run, argv), failures) for _ in range(launches))
     return total
 

@@ -350,10 +350,17 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _command(args: argparse.Namespace, example: str) -> list[str] | None:
+    """The command after `--`, or None (and why, on stderr) when there is none."""
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
-        print("error: no command given; e.g. python -m grader run --virtual-gpus 4 -- python train.py", file=sys.stderr)
+        print(f"error: no command given; e.g. python -m grader {example}", file=sys.stderr)
+    return command or None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = _command(args, "run --virtual-gpus 4 -- python train.py")
+    if command is None:
         return 2
     try:
         return subprocess.call(command, env=virtual_gpu_environment(args.virtual_gpus))
@@ -364,9 +371,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_observe(args: argparse.Namespace) -> int:
     """Run the command observed, print the report; the exit status is the command's."""
-    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not command:
-        print("error: no command given; e.g. python -m grader observe -- torchrun --nproc_per_node=2 train.py", file=sys.stderr)
+    command = _command(args, "observe -- torchrun --nproc_per_node=2 train.py")
+    if command is None:
         return 2
     observation = observe_command(command, args.out, args.virtual_gpus)
     print(observation.report, flush=True)

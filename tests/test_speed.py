@@ -194,6 +194,21 @@ def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is
     assert "--no-timing" in next(c for c in report.checks if c.id == "efficiency").summary
 
 
+def test_only_checks_that_compare_with_the_reference_launch_it(tmp_path: Path) -> None:
+    from grader.checks.distributed import CHECKS as DISTRIBUTED
+    from grader.grade.pipeline import reference_launched
+
+    module = ModuleType("p6_pairs")
+    module.CHECKS = MappingProxyType({"clean_exit": DISTRIBUTED["clean_exit"], **speed.CHECKS})
+    module.references = lambda args, runs: {}
+    spec = SPEC.replace("  - {name: timed, ranks_per_node: 2, args: {steps: 8}}\n", "  - {name: timed, ranks_per_node: 2, args: {steps: 8}}\n  - {name: ddp, ranks_per_node: 2}\n  - {name: dp, solution: p5, script: p5_dp.py}\n")
+    spec += "  - {id: ddp_vs_dp, check: faster_than, title: DDP vs DP, points: 1, runs: [ddp, dp]}\n"
+    (tmp_path / "assignment.yaml").write_text(spec)
+    practical = Practical(load_assignment(tmp_path / "assignment.yaml", module.CHECKS), module)
+    runs, checks = practical.assignment.runs, practical.assignment.checks
+    assert reference_launched(practical, checks, runs) == {"timed"}  # not ddp (faster_than) nor dp (a solution)
+
+
 # ---------------------------------------------------------------- GPU telemetry
 GIB = 2**30
 

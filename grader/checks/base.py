@@ -118,4 +118,5 @@ class CheckDef:
     description: str
     options: Mapping[str, OptionDef] = field(default_factory=dict)
     real_gpus: int = 0  # real CUDA devices it needs; deferred (with its runs) on machines with fewer
-    timed: bool = False  # a speed check: its runs are launched k times, interleaved with the reference solution's
+    timed: bool = False  # a speed check: its runs are launched k times (the spec's timing.repeats)
+    against_reference: bool = True  # a timed check's launches alternate with the reference solution's

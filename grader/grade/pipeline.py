@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping
 
 from grader import __version__
 from grader.checks import failures
-from grader.checks.base import Answers, CheckContext, Verdict
+from grader.checks.base import Answers, CheckContext, CheckDef, Verdict
 from grader.checks.timing import TimedRuns
 from grader.course import Practical
 from grader.grade.machine import machine_key
@@ -61,10 +61,22 @@ def merged_args(args: Mapping[str, Any], run: RunDef) -> dict[str, Any]:
     return {**args, **run.args}
 
 
+def _runs_of(practical: Practical, checks: tuple[CheckSpec, ...], keep: Callable[[CheckDef], bool]) -> frozenset[str]:
+    """The names of the runs that the checks among `checks` whose definition `keep`s use."""
+    return frozenset(name for check in checks if keep(practical.module.CHECKS[check.check]) for name in check.runs)
+
+
 def timed_runs(practical: Practical, checks: tuple[CheckSpec, ...], runs: tuple[RunDef, ...]) -> tuple[RunDef, ...]:
     """The planned runs that a speed check among `checks` times."""
-    wanted = {name for check in checks if practical.module.CHECKS[check.check].timed for name in check.runs}
+    wanted = _runs_of(practical, checks, lambda definition: definition.timed)
     return tuple(run for run in runs if run.name in wanted)
+
+
+def reference_launched(practical: Practical, checks: tuple[CheckSpec, ...], runs: tuple[RunDef, ...]) -> frozenset[str]:
+    """The timed runs whose launches alternate with the reference solution's: those of a speed
+    check that compares with it (a run of a solution is its own reference)."""
+    wanted = _runs_of(practical, checks, lambda definition: definition.timed and definition.against_reference)
+    return frozenset(run.name for run in runs if run.name in wanted and not run.solution)
 
 
 def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions) -> tuple[RunDef, ...]:
@@ -145,9 +157,11 @@ def _missing_scripts(runs: tuple[RunDef, ...], assignment: Assignment, submissio
 Launch = Callable[[RunDef, float, str, int], JobSpec]  # (run, seconds left, "own" or "reference", repeat) -> job
 
 
-def _run_all(runs: tuple[RunDef, ...], timed: tuple[RunDef, ...], repeats: int, job_for: Launch, runner: JobRunner, deadline: float, budget_s: float, problem: str | None) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
+def _run_all(
+    runs: tuple[RunDef, ...], timed: tuple[RunDef, ...], referenced: frozenset[str], repeats: int, job_for: Launch, runner: JobRunner, deadline: float, budget_s: float, problem: str | None
+) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
     """Every planned launch in order; the timed runs last, round by round: in each of the
-    `repeats` rounds, every timed run's reference launch and then its own launch."""
+    `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own."""
 
     def launch(run: RunDef, role: str, repeat: int) -> JobResult:
         left = deadline - time.monotonic()
@@ -163,7 +177,7 @@ def _run_all(runs: tuple[RunDef, ...], timed: tuple[RunDef, ...], repeats: int, 
     reference: dict[str, list[JobResult]] = {run.name: [] for run in timed}
     for repeat in range(repeats if timed else 0):
         for run in timed:
-            if not run.solution:
+            if run.name in referenced:
                 reference[run.name].append(launch(run, "reference", repeat))
             own[run.name].append(launch(run, "own", repeat))
     results.update({name: launches[0] for name, launches in own.items()})
@@ -251,7 +265,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         prepare = getattr(practical.module, "prepare", None)
         if prepare is not None and prepared.problem is None:
             folder, prepared = staging, prepare(submission, staging, assignment)
-        judged = {name for check in graded if not practical.module.CHECKS[check.check].timed for name in check.runs}
+        judged = _runs_of(practical, graded, lambda definition: not definition.timed)
         checked = tuple(r for r in runs if not r.solution and (r.name in judged or options.world_size is not None))
         references = practical.module.references(args, checked)  # the expected values; speed-only runs need none
 
@@ -277,7 +291,8 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 private=solution is not None,
             )
 
-        results, timings = _run_all(runs, timed, assignment.timing.repeats, job_for, runner, started + budget, budget, prepared.problem)
+        referenced = reference_launched(practical, graded, runs)
+        results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, job_for, runner, started + budget, budget, prepared.problem)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
         return GradingReport.failure(assignment.id, f"{type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started, environment=env)
     finally:
