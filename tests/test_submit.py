@@ -16,7 +16,7 @@ from grader.course import load_course
 from grader.store import ResultsStore, StoreError
 from grader.submit import hook
 from grader.submit.backends import FakeBackend, JobState, SlurmBackend
-from grader.submit.dispatch import dispatch
+from grader.submit.dispatch import WAITING_FOR_SLOT, dispatch
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
 from grader.submit.worker import extract, work
 from helpers import ROOT, git
@@ -60,6 +60,19 @@ def test_the_same_commit_is_queued_once_and_graded_once(store: ResultsStore, tmp
     assert queue.add(folder_submission(tmp_path)) == "graded"
     assert dispatch(store, COURSE, backend) == {}
     assert only_job(backend) == "fake-1"
+
+
+def test_a_backend_with_one_slot_starts_the_next_grading_when_the_running_one_ends(store: ResultsStore, tmp_path: Path) -> None:
+    queue, backend = Queue(store), FakeBackend(slots=1)
+    other = "0123456789abcdef0123456789abcdef01234567"
+    assert queue.add(folder_submission(tmp_path)) == "queued"
+    assert queue.add(folder_submission(tmp_path, "bob", other)) == "queued"
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "started as job fake-1", f"bob--p6--{other}": WAITING_FOR_SLOT}
+    assert dispatch(store, COURSE, backend)[f"bob--p6--{other}"] == WAITING_FOR_SLOT
+    assert sum(line.endswith(WAITING_FOR_SLOT) for line in queue.load(f"bob--p6--{other}").history) == 1  # said once
+    store.save(graded_document(12), provenance_of())
+    backend.finish("fake-1")
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "graded", f"bob--p6--{other}": "started as job fake-2"}
 
 
 def test_a_job_past_its_time_limit_is_recorded_as_timeout_with_feedback(store: ResultsStore, tmp_path: Path) -> None:

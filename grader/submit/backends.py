@@ -40,6 +40,7 @@ class BackendDown(Exception):
 
 class Backend(Protocol):
     name: str
+    slots: int | None  # gradings it runs at once (None: its scheduler decides)
 
     def dispatch(self, submission: Submission, command: list[str], log: Path) -> str:
         """Start the job; return its id. BackendDown when it cannot."""
@@ -56,9 +57,12 @@ def work_command(course_root: Path, results_dir: Path, key: str) -> list[str]:
 
 
 class LocalBackend:
-    """Jobs as detached processes on this machine (a course server, a laptop, the tests)."""
+    """Jobs as detached processes on this machine (a course server, a laptop, the tests), one
+    at a time: two gradings sharing the CPUs would disturb each other's timed launches (a
+    correct submission's speed check failed that way)."""
 
     name = "local"
+    slots = 1
 
     def dispatch(self, submission: Submission, command: list[str], log: Path) -> str:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +103,7 @@ class SlurmBackend:
     env: dict | None = None  # e.g. SLURM_CONF for a private cluster
     timeout_s: float = 30  # a Slurm command that takes longer: the controller is down
     name: str = "slurm"
+    slots: int | None = None  # Slurm schedules; each job has CPUs of its own
 
     def _run(self, command: list[str]) -> subprocess.CompletedProcess:
         try:
@@ -174,6 +179,7 @@ class FakeBackend:
 
     down: bool = False
     name: str = "fake"
+    slots: int | None = None
     jobs: dict = field(default_factory=dict)  # job id -> the command it would run
     states: dict = field(default_factory=dict)  # job id -> JobState
 

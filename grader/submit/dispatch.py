@@ -8,7 +8,8 @@ job without a result:
   ended without a word
 
 `dispatch` is safe to run at any time and from several places (a git hook, `submit --wait`,
-a cron job): a submission with a result is never graded again.
+a cron job): a submission with a result is never graded again. A backend with `slots` runs
+that many gradings at once; the others stay queued until one ends.
 """
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def timeout_report(course: Course, submission: Submission, minutes: int) -> Grad
     message = f"not graded: the grading job ran past its time limit ({minutes} min) and was stopped; the code probably hangs or is far too slow"
     checks = tuple(CheckResult(c.id, c.title, n, 0.0, c.points, Status.FAILED, message, visibility=c.visibility) for n, c in enumerate(spec.checks, 1))
     return GradingReport(submission.practical, spec.title, checks, environment={"isolation": "the job was stopped by the scheduler"})
+
+
+WAITING_FOR_SLOT = "queued behind a running grading (this machine grades one at a time)"
 
 
 def job_minutes(course: Course, practical: str) -> int:
@@ -54,6 +58,18 @@ def _start(queue: Queue, submission: Submission, course: Course, backend: Backen
     return f"started as job {job}"
 
 
+def _start_when_free(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:
+    """Start the submission, unless the backend's slots are all taken (it then stays queued)."""
+    if backend.slots is not None:
+        running = [s for s in queue.pending() if s.state == "dispatched" and s.backend == backend.name and s.job and not backend.state(s.job).finished]
+        if len(running) >= backend.slots:
+            if not (submission.history and submission.history[-1].endswith(WAITING_FOR_SLOT)):
+                submission.note(WAITING_FOR_SLOT)
+                queue.save(submission)
+            return WAITING_FOR_SLOT
+    return _start(queue, submission, course, backend)
+
+
 def settle(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:
     """Move one queued submission on; return what happened."""
     with queue.hold(submission.key) as mine:
@@ -71,7 +87,7 @@ def _settle(queue: Queue, key: str, course: Course, backend: Backend) -> str:
         queue.remove(key)
         return "graded"
     if submission.state == "queued":
-        return _start(queue, submission, course, backend)
+        return _start_when_free(queue, submission, course, backend)
     state = backend.state(submission.job or "")
     if not state.finished:
         return state.value.lower()
@@ -80,7 +96,7 @@ def _settle(queue: Queue, key: str, course: Course, backend: Backend) -> str:
         queue.remove(key)
         return "graded"
     if current.state == "queued":  # the worker asked for a retry after a grader failure
-        return _start(queue, current, course, backend)
+        return _start_when_free(queue, current, course, backend)
     if state is JobState.TIMEOUT:
         report = timeout_report(course, current, int(current.options.get("time_min") or 0))
         store.save(to_gradescope(report), provenance(current, course, report))

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, TextIO
 
 from grader.course import Course
 from grader.store import ResultsStore, safe_name
+from grader.submit.dispatch import WAITING_FOR_SLOT
 from grader.submit.queue import Queue, Submission
 from grader.submit.worker import git_free_environment
 
@@ -93,6 +94,8 @@ def describe(queue: Queue, submission: Submission) -> str | None:
         return f"started as job {current.job}"
     if current.history and "not started" in current.history[-1]:
         return DOWN
+    if current.history and current.history[-1].endswith(WAITING_FOR_SLOT):
+        return WAITING_FOR_SLOT
     return None
 
 
