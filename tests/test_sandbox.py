@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
+from grader.run import procs
 from grader.run.sandbox import Limits, Sandbox, open_sandbox
 from helpers import ROOT, load_results, run_cli
 
@@ -43,6 +46,24 @@ def test_concurrent_sandboxes_get_distinct_uids() -> None:
     finally:
         first.release()
         second.release()
+
+
+def test_a_uid_goes_back_to_the_pool_only_when_none_of_its_processes_is_left() -> None:
+    sandbox = sandbox_or_skip()
+    if not sandbox.drop:
+        sandbox.release()
+        pytest.skip("the grader is not root: the sandbox runs as the grader's own uid")
+    straggler = subprocess.Popen(["setpriv", f"--reuid={sandbox.uid}", f"--regid={sandbox.uid}", "--clear-groups", "sleep", "600"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while procs.pids_of_uids(range(sandbox.uid, sandbox.uid + 1)) != [straggler.pid] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert procs.pids_of_uids(range(sandbox.uid, sandbox.uid + 1)) == [straggler.pid]
+        sandbox.release()
+        assert straggler.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        straggler.kill()
+        straggler.wait()
 
 
 def test_inside_only_the_work_folder_is_writable_and_the_grader_is_absent() -> None:

@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import time
+from typing import Callable
 
 
 def alive(pid: int) -> bool:
@@ -114,20 +115,34 @@ def host_pids(ancestor: int, inner: set[int]) -> dict[int, int]:
     return found
 
 
-def kill_by_env(name: str, value: str, wait_s: float) -> int:
-    """SIGKILL every process whose environment holds `name=value`, again and again until none
-    is alive (a dying process can start or hand over another), for at most `wait_s` seconds.
-    Returns how many distinct processes were killed."""
+def _kill_until_gone(find: Callable[[], list[int]], wait_s: float) -> int:
+    """SIGKILL whatever `find` returns, again and again until it finds nothing (a dying process
+    can start or hand over another), for at most `wait_s` seconds. Returns how many distinct
+    processes were killed."""
     killed: set[int] = set()
     deadline = time.monotonic() + wait_s
     while True:
-        found = pids_with_env(name, value)
+        found = find()
         if not found or time.monotonic() > deadline:
             return len(killed)
         for pid in found:
             kill_quietly(pid)
         killed.update(found)
         time.sleep(0.02)
+
+
+def kill_by_env(name: str, value: str, wait_s: float) -> int:
+    """SIGKILL every process whose environment holds `name=value` until none is alive, for at
+    most `wait_s` seconds. Returns how many distinct processes were killed."""
+    return _kill_until_gone(lambda: pids_with_env(name, value), wait_s)
+
+
+def kill_by_uid(uid: int, wait_s: float) -> int:
+    """SIGKILL every process whose real uid is `uid` until none is alive, for at most `wait_s`
+    seconds. A process already dying counts as alive until it has exited: a pid namespace's
+    init, for one, waits for its last children before it goes. Returns how many distinct
+    processes were signalled."""
+    return _kill_until_gone(lambda: pids_of_uids(range(uid, uid + 1)), wait_s)
 
 
 def free_port() -> int:

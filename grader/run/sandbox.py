@@ -16,6 +16,7 @@ Mechanism (Linux): the rank launcher (the zygote, and everything it forks) is st
     killing its outer process ends every process in it (pid namespace);
   * `prlimit` caps CPU seconds, address space, processes, file size and open files, and
     disables core dumps.
+A leased uid goes back to the pool only when no process of it is left alive.
 Inherited descriptors: the launcher gets only stdin, stdout and stderr. On GPU nodes the
 NVIDIA device files are passed through.
 
@@ -36,7 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from grader.run import procs
+
 UID_POOL = range(61000, 61500)
+RELEASE_WAIT_S = 10.0  # for the processes of a leased uid to exit
 LOCK_DIR = Path(tempfile.gettempdir()) / "pdl-grader-uids"
 PROBE_SOURCE = Path(__file__).resolve().parents[1]  # the grader package
 
@@ -124,8 +128,12 @@ class Sandbox:
         return wrapped
 
     def release(self) -> None:
-        """Give the leased uid back."""
+        """Give the leased uid back, once no process of it is left: killed processes of a
+        sandbox can take a moment to exit (its pid namespace's init waits for the last of
+        them), and the next grading that leases the uid must start with none."""
         if self._lease is not None:
+            if self.drop:
+                procs.kill_by_uid(self.uid, RELEASE_WAIT_S)
             self._lease.close()
             self._lease = None
 
