@@ -154,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
 
     w = commands.add_parser("work", help=argparse.SUPPRESS)
     w.add_argument("--results-dir", type=Path, required=True)
+    w.add_argument("--then-dispatch", choices=("local", "slurm"), help="then one dispatch pass on this backend")
     w.add_argument("key")
 
     h = commands.add_parser("hook", help="git: install the post-receive hook of a bare repository")
@@ -379,8 +380,8 @@ def cmd_observe(args: argparse.Namespace) -> int:
     return observation.exit_status
 
 
-def _backend(args: argparse.Namespace) -> Backend:
-    return SlurmBackend() if args.backend == "slurm" else LocalBackend()
+def _backend(name: str) -> Backend:
+    return SlurmBackend() if name == "slurm" else LocalBackend()
 
 
 def _job_options(args: argparse.Namespace) -> dict:
@@ -424,12 +425,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 1
     if status == "queued":
         shutil.copytree(args.submission, inbox(store, submission.key), symlinks=True, dirs_exist_ok=True)
-        print(f"queued {submission.practical} for {submission.student} @{submission.commit}: {settle(Queue(store), submission, course, _backend(args))}")
+        print(f"queued {submission.practical} for {submission.student} @{submission.commit}: {settle(Queue(store), submission, course, _backend(args.backend))}")
     else:
         print(f"{submission.practical} for {submission.student} @{submission.commit}: {status}")
     if not args.wait:
         return 0
-    if not wait(store, course, _backend(args), {submission.key}, timeout_s=time_min * 60 + 600, report=print):
+    if not wait(store, course, _backend(args.backend), {submission.key}, timeout_s=time_min * 60 + 600, report=print):
         print("error: no result in time; the submission stays queued", file=sys.stderr)
         return 1
     path = store.path_for(submission.student, submission.practical, submission.commit)
@@ -442,14 +443,18 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     course = _course(args)
     store = ResultsStore(args.results_dir)
     if args.wait:
-        return 0 if wait(store, course, _backend(args), timeout_s=args.timeout, report=print) else 1
-    for key, what in dispatch(store, course, _backend(args)).items():
+        return 0 if wait(store, course, _backend(args.backend), timeout_s=args.timeout, report=print) else 1
+    for key, what in dispatch(store, course, _backend(args.backend)).items():
         print(f"{key}: {what}")
     return 0
 
 
 def cmd_work(args: argparse.Namespace) -> int:
-    print(work(ResultsStore(args.results_dir), _course(args), args.key), flush=True)
+    store, course = ResultsStore(args.results_dir), _course(args)
+    print(work(store, course, args.key), flush=True)
+    if args.then_dispatch:
+        for key, what in dispatch(store, course, _backend(args.then_dispatch)).items():
+            print(f"{key}: {what}", flush=True)
     return 0
 
 

@@ -73,6 +73,25 @@ def test_a_backend_with_one_slot_starts_the_next_grading_when_the_running_one_en
     store.save(graded_document(12), provenance_of())
     backend.finish("fake-1")
     assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "graded", f"bob--p6--{other}": "started as job fake-2"}
+    # no scheduler starts the next one: each job ends with a dispatch pass of its own
+    assert backend.jobs["fake-2"][-3:] == ["--then-dispatch", "fake", f"bob--p6--{other}"]
+
+
+def test_two_dispatchers_at_once_cannot_both_take_the_last_slot(store: ResultsStore, tmp_path: Path) -> None:
+    queue, backend = Queue(store), FakeBackend(slots=1)
+    assert queue.add(folder_submission(tmp_path)) == "queued"
+    with queue.hold("fake.slots") as mine:  # another dispatcher is counting the running jobs
+        assert mine
+        assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": WAITING_FOR_SLOT}
+    assert backend.jobs == {}
+    assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "started as job fake-1"}
+
+
+def test_a_backend_without_slots_jobs_do_not_dispatch(store: ResultsStore, tmp_path: Path) -> None:
+    Queue(store).add(folder_submission(tmp_path))
+    backend = FakeBackend()
+    dispatch(store, COURSE, backend)
+    assert "--then-dispatch" not in backend.jobs["fake-1"]
 
 
 def test_a_job_past_its_time_limit_is_recorded_as_timeout_with_feedback(store: ResultsStore, tmp_path: Path) -> None:

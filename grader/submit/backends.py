@@ -52,8 +52,11 @@ class Backend(Protocol):
         """Stop the job (if it still runs)."""
 
 
-def work_command(course_root: Path, results_dir: Path, key: str) -> list[str]:
-    return [sys.executable, "-m", "grader", "--course-root", str(course_root), "work", "--results-dir", str(results_dir), key]
+def work_command(course_root: Path, results_dir: Path, key: str, then_dispatch: str | None = None) -> list[str]:
+    """The grading job's command; with `then_dispatch` (a backend's name) it ends with one
+    dispatch pass on that backend, so a submission waiting for its slot starts then."""
+    follow = ["--then-dispatch", then_dispatch] if then_dispatch else []
+    return [sys.executable, "-m", "grader", "--course-root", str(course_root), "work", "--results-dir", str(results_dir), *follow, key]
 
 
 class LocalBackend:

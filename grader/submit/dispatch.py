@@ -47,7 +47,9 @@ def _start(queue: Queue, submission: Submission, course: Course, backend: Backen
         submission.options["time_min"] = job_minutes(course, submission.practical)
     log = queue.store.root / "logs" / f"{submission.key}.log"
     try:
-        job = backend.dispatch(submission, work_command(course.root, queue.store.root, submission.key), log)
+        # a backend with slots has no scheduler to start the next job: the job itself does
+        command = work_command(course.root, queue.store.root, submission.key, then_dispatch=backend.name if backend.slots is not None else None)
+        job = backend.dispatch(submission, command, log)
     except BackendDown as exc:
         submission.note(f"not started, the backend is down: {exc}")
         queue.save(submission)
@@ -59,15 +61,20 @@ def _start(queue: Queue, submission: Submission, course: Course, backend: Backen
 
 
 def _start_when_free(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:
-    """Start the submission, unless the backend's slots are all taken (it then stays queued)."""
-    if backend.slots is not None:
-        running = [s for s in queue.pending() if s.state == "dispatched" and s.backend == backend.name and s.job and not backend.state(s.job).finished]
-        if len(running) >= backend.slots:
-            if not (submission.history and submission.history[-1].endswith(WAITING_FOR_SLOT)):
-                submission.note(WAITING_FOR_SLOT)
-                queue.save(submission)
-            return WAITING_FOR_SLOT
-    return _start(queue, submission, course, backend)
+    """Start the submission, unless the backend's slots are all taken (it then stays queued).
+    One dispatcher at a time counts and starts (a lock per backend): two pushes at once must
+    not both take the last slot."""
+    if backend.slots is None:
+        return _start(queue, submission, course, backend)
+    with queue.hold(f"{backend.name}.slots") as mine:
+        if mine:
+            running = [s for s in queue.pending() if s.state == "dispatched" and s.backend == backend.name and s.job and not backend.state(s.job).finished]
+            if len(running) < backend.slots:
+                return _start(queue, submission, course, backend)
+    if not (submission.history and submission.history[-1].endswith(WAITING_FOR_SLOT)):
+        submission.note(WAITING_FOR_SLOT)
+        queue.save(submission)
+    return WAITING_FOR_SLOT
 
 
 def settle(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:
