@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from grader.assign.export import ExportRefused, build_export, write_export
 from grader.assign.markers import MarkerError
@@ -42,6 +42,7 @@ from grader.course import Course, CourseError, Practical, find_course_root, load
 from grader.collect import collect, parse_time, write_answers, write_grades
 from grader.grade import calibration
 from grader.grade.pipeline import GradeOptions
+from grader.results.escape import terminal_line
 from grader.results.gradescope import read_scores, write_results
 from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
@@ -191,10 +192,15 @@ def _course(args: argparse.Namespace) -> Course:
     return load_course(find_course_root(args.course_root))
 
 
+def _say(text: str, file: TextIO | None = None) -> None:
+    """Print one line that carries text from a submission, the store or the queue (escaped)."""
+    print(terminal_line(text), file=file or sys.stdout, flush=True)
+
+
 def _grade_folder(practical: Practical, folder: Path, options: GradeOptions, keep_work: bool, official: bool = False) -> GradingReport:
     graded = grade_folder(practical, folder, options, official=official, keep_work=keep_work)
     if graded.warning:
-        print(f"warning: {graded.warning}", file=sys.stderr)
+        _say(f"warning: {graded.warning}", sys.stderr)
     if graded.kept:
         print(f"working folder kept: {graded.kept}", file=sys.stderr)
     return graded.report
@@ -425,17 +431,19 @@ def cmd_submit(args: argparse.Namespace) -> int:
         return 1
     if status == "queued":
         shutil.copytree(args.submission, inbox(store, submission.key), symlinks=True, dirs_exist_ok=True)
-        print(f"queued {submission.practical} for {submission.student} @{submission.commit}: {settle(Queue(store), submission, course, _backend(args.backend))}")
+        what = settle(Queue(store), submission, course, _backend(args.backend))
+        _say(f"queued {submission.practical} for {submission.student} @{submission.commit}: {what}")
     else:
-        print(f"{submission.practical} for {submission.student} @{submission.commit}: {status}")
+        _say(f"{submission.practical} for {submission.student} @{submission.commit}: {status}")
     if not args.wait:
         return 0
-    if not wait(store, course, _backend(args.backend), {submission.key}, timeout_s=time_min * 60 + 600, report=print):
+    if not wait(store, course, _backend(args.backend), {submission.key}, timeout_s=time_min * 60 + 600, report=_say):
         print("error: no result in time; the submission stays queued", file=sys.stderr)
         return 1
     path = store.path_for(submission.student, submission.practical, submission.commit)
     scores = read_scores(load_json(path))
-    print(f"graded: {scores.total:g} points; {', '.join(f'{c} {s:g}' for c, s in scores.checks.items())}\nresults: {path}")
+    _say(f"graded: {scores.total:g} points; {', '.join(f'{c} {s:g}' for c, s in scores.checks.items())}")
+    print(f"results: {path}")
     return 0
 
 
@@ -443,18 +451,18 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     course = _course(args)
     store = ResultsStore(args.results_dir)
     if args.wait:
-        return 0 if wait(store, course, _backend(args.backend), timeout_s=args.timeout, report=print) else 1
+        return 0 if wait(store, course, _backend(args.backend), timeout_s=args.timeout, report=_say) else 1
     for key, what in dispatch(store, course, _backend(args.backend)).items():
-        print(f"{key}: {what}")
+        _say(f"{key}: {what}")
     return 0
 
 
 def cmd_work(args: argparse.Namespace) -> int:
     store, course = ResultsStore(args.results_dir), _course(args)
-    print(work(store, course, args.key), flush=True)
+    _say(work(store, course, args.key))
     if args.then_dispatch:
         for key, what in dispatch(store, course, _backend(args.then_dispatch)).items():
-            print(f"{key}: {what}", flush=True)
+            _say(f"{key}: {what}")
     return 0
 
 
@@ -473,7 +481,7 @@ def cmd_hook(args: argparse.Namespace) -> int:
         command = hook.dispatcher_command(course.root, store.root, args.backend)
         hook.receive(sys.stdin, args.repo, store, course, args.student, args.backend, _job_options(args), lambda: hook.start_detached(command, store.root / "logs" / "dispatch.log"), sys.stdout)
     except Exception as exc:  # noqa: BLE001 - never break a push
-        print(f"grading could not take this push ({type(exc).__name__}: {exc}); it is recorded in git and will be graded later")
+        _say(f"grading could not take this push ({type(exc).__name__}: {exc}); it is recorded in git and will be graded later")
     return 0
 
 
@@ -483,10 +491,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     for entry in rows:
         scores = read_scores(entry.document)
         maximum = entry.document.get("extra_data", {}).get("max_score", "?")
-        print(f"{entry.student:<16} {entry.practical:<5} {entry.commit[:10]:<10} {scores.total:>6g}/{maximum:<6g} graded {entry.provenance.get('graded_at', '?')}")
+        maximum = f"{maximum:g}" if isinstance(maximum, (int, float)) else str(maximum)
+        graded_at = entry.provenance.get("graded_at", "?")
+        _say(f"{entry.student:<16} {entry.practical:<5} {entry.commit[:10]:<10} {scores.total:>6g}/{maximum:<6} graded {graded_at}")
     for submission in Queue(store).pending():
         if args.student in (None, submission.student):
-            print(f"{submission.student:<16} {submission.practical:<5} {submission.commit[:10]:<10} {submission.state} ({submission.history[-1] if submission.history else ''})")
+            last = submission.history[-1] if submission.history else ""
+            _say(f"{submission.student:<16} {submission.practical:<5} {submission.commit[:10]:<10} {submission.state} ({last})")
     if not rows and not Queue(store).pending():
         print("nothing graded or queued")
     return 0

@@ -4,7 +4,8 @@ For every student and practical, the latest submission made before the deadline 
 there is none before it, the latest one, flagged late); a later submission is flagged too.
 One CSV row per student: per practical the commit, the total, each check's score and the late
 flag, then the overall total. Free-text answers go to a second CSV (student, practical,
-question, answer) for the people who grade them.
+question, answer) for the people who grade them. Every cell is made visible and guarded
+against being read as a spreadsheet formula (grader.results.escape.spreadsheet_cell).
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import csv
 import datetime
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
+from grader.results.escape import spreadsheet_cell
 from grader.results.gradescope import read_scores
 from grader.store import Entry, ResultsStore
 
@@ -53,6 +56,11 @@ def collect(store: ResultsStore, deadline: datetime.datetime | None = None) -> d
     return table
 
 
+def _row(cells: Iterable[object]) -> list[str]:
+    """A CSV row of safe cells."""
+    return [spreadsheet_cell(cell) for cell in cells]
+
+
 def write_grades(table: dict[str, dict[str, Chosen]], path: Path) -> None:
     """One row per student: per practical commit, total, checks, late; then the total."""
     practicals = sorted({p for row in table.values() for p in row}, key=lambda p: (len(p), p))
@@ -63,7 +71,7 @@ def write_grades(table: dict[str, dict[str, Chosen]], path: Path) -> None:
     header.append("total")
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(header)
+        writer.writerow(_row(header))
         for student, row in sorted(table.items()):
             line: list = [student]
             overall = 0.0
@@ -76,15 +84,15 @@ def write_grades(table: dict[str, dict[str, Chosen]], path: Path) -> None:
                 overall += scores.total
                 line += [chosen.entry.commit, f"{scores.total:g}", *(f"{scores.checks.get(c, 0):g}" for c in checks[p]), "yes" if chosen.late else "no", chosen.later]
             line.append(f"{overall:g}")
-            writer.writerow(line)
+            writer.writerow(_row(line))
 
 
 def write_answers(table: dict[str, dict[str, Chosen]], path: Path) -> None:
     """The free-text answers of the counted submissions, for manual grading."""
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student", "practical", "commit", "question", "answer"])
+        writer.writerow(_row(["student", "practical", "commit", "question", "answer"]))
         for student, row in sorted(table.items()):
             for practical, chosen in sorted(row.items()):
                 for question, answer in read_scores(chosen.entry.document).answers.items():
-                    writer.writerow([student, practical, chosen.entry.commit, question, answer])
+                    writer.writerow(_row([student, practical, chosen.entry.commit, question, answer]))

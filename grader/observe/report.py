@@ -4,7 +4,8 @@ Per process (a rank, or a plain `python script.py`): who it is (rank, local rank
 device), its process group, its models, each forward's input shapes and devices (DataParallel
 replicas and the stages of a model spread over devices included), backward passes, all-reduces
 and bytes per step, step times, where the time went, peak memory per device, and one line for
-each thing it could not see.
+each thing it could not see. What the processes recorded is theirs to forge: every line of the
+report goes out through grader.results.escape.terminal_line (visible, one line, capped).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Hashable, Iterable
 
 from grader.observe.records import ObservedProcess
+from grader.results.escape import terminal_line
 
 PERFETTO = "https://ui.perfetto.dev"
 LABEL_WIDTH = 13
@@ -373,4 +375,4 @@ def render_report(processes: list[ObservedProcess], run: RunSummary) -> str:
         lines.append("virtual GPUs: times are CPU times; memory counts the tensors on each virtual device")
     for process in processes:
         lines += ["", *process_block(process)]
-    return "\n".join(lines)
+    return "\n".join(terminal_line(line) for line in lines)

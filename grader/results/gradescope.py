@@ -7,32 +7,41 @@ max_score, status, name, number, output, tags, visibility and extra_data.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grader.files import write_atomically
+from grader.results.escape import BLOCK_CHARS, cap, json_safe, terminal_line, visible
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.results.render import overview_text
 
 AUTOGRADER_ERROR = "Autograder error"
+OUTPUT_CHARS = 4 * BLOCK_CHARS  # the text of one test or of the whole submission
+DATA_CHARS = 200_000  # one extra_data part: a test's data, a run's telemetry, the environment, the answers
+
+
+def _text(text: str) -> str:
+    """An output field: capped and visible, its newlines kept."""
+    return visible(cap(text, OUTPUT_CHARS), keep_newlines=True)
 
 
 def _test(check: CheckResult) -> dict[str, Any]:
     entry: dict[str, Any] = {
-        "name": check.title,
+        "name": terminal_line(check.title),
         "name_format": "text",
         "number": str(check.number),
         "score": round(check.score, 4),
         "max_score": round(check.max_score, 4),
-        "output": check.feedback,
+        "output": _text(check.feedback),
         "output_format": "text",
         "tags": [check.id],
         "visibility": check.visibility,
-        "extra_data": {"check": check.id, "status": check.status.value, **check.data},
+        "extra_data": json_safe({"check": check.id, "status": check.status.value, **check.data}, max_total=DATA_CHARS),
     }
     if check.status is Status.DEFERRED:
-        entry["name"] = f"{check.title} (deferred)"
+        entry["name"] = f"{terminal_line(check.title)} (deferred)"
         entry["score"] = 0
         entry["max_score"] = 0  # not graded here: counts neither for nor against the student
         entry["extra_data"]["deferred_points"] = round(check.max_score, 4)
@@ -42,14 +51,21 @@ def _test(check: CheckResult) -> dict[str, Any]:
 
 
 def _run(run: RunSummary) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": run.name, "layout": run.layout, "wall_s": round(run.wall_s, 3), "outcome": run.outcome}
+    entry: dict[str, Any] = {
+        "name": terminal_line(run.name),
+        "layout": terminal_line(run.layout),
+        "wall_s": round(run.wall_s, 3),
+        "outcome": _text(run.outcome),
+    }
     if run.telemetry:
-        entry["gpu_telemetry"] = dict(run.telemetry)
+        entry["gpu_telemetry"] = json_safe(dict(run.telemetry), max_total=DATA_CHARS)
     return entry
 
 
 def to_gradescope(report: GradingReport) -> dict[str, Any]:
-    """The results.json document for `report`."""
+    """The results.json document for `report`. What came from the submission is visible in the
+    output fields; each part is bounded on its own (so no test is ever dropped), and the whole
+    is JSON-safe (see grader.results.escape)."""
     tests = [_test(c) for c in report.checks]
     if report.error:
         tests.append(
@@ -59,17 +75,17 @@ def to_gradescope(report: GradingReport) -> dict[str, Any]:
                 "score": 0,
                 "max_score": 0,
                 "status": "failed",
-                "output": f"The autograder could not finish grading this submission: {report.error}\n"
-                "This is not a verdict on your work; the course staff will look into it.",
+                "output": _text(f"The autograder could not finish grading this submission: {report.error}\n")
+                + "This is not a verdict on your work; the course staff will look into it.",
                 "output_format": "text",
                 "tags": ["autograder-error"],
                 "visibility": "visible",
             }
         )
-    return {
+    return json_safe({
         "score": round(report.score, 4),
         "execution_time": max(1, round(report.execution_time_s)),
-        "output": overview_text(report),
+        "output": cap(overview_text(report), OUTPUT_CHARS),
         "output_format": "text",
         "test_output_format": "text",
         "test_name_format": "text",
@@ -79,13 +95,13 @@ def to_gradescope(report: GradingReport) -> dict[str, Any]:
             "practical": report.practical,
             "max_score": round(report.max_score, 4),
             "deferred_points": round(report.deferred_points, 4),
-            "environment": dict(report.environment),
+            "environment": json_safe(dict(report.environment), max_total=DATA_CHARS),
             "runs": [_run(r) for r in report.runs],
-            "autograder_error": report.error,
-            "manual_answers": dict(report.manual),
+            "autograder_error": None if report.error is None else _text(report.error),
+            "manual_answers": json_safe(dict(report.manual), max_total=DATA_CHARS),
         },
         "tests": tests,
-    }
+    }, max_total=sys.maxsize)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Human-readable forms of a GradingReport: the console table, an overview text, markdown."""
 from __future__ import annotations
 
+from grader.results.escape import markdown_block, markdown_inline, terminal_block, terminal_line
 from grader.results.model import GradingReport, Status
 from grader.run.telemetry import describe as describe_telemetry
 
@@ -19,6 +20,7 @@ def _score_line(report: GradingReport) -> str:
 
 
 def _environment_line(report: GradingReport) -> str:
+    """How and where it was graded, as raw text (each writer escapes it its own way)."""
     env = report.environment
     parts = [f"graded in {report.execution_time_s:.1f} s"]
     if env.get("host"):
@@ -32,76 +34,77 @@ def _environment_line(report: GradingReport) -> str:
     return ", ".join(parts)
 
 
+def _heading(report: GradingReport) -> str:
+    return f"{terminal_line(report.practical)}: {terminal_line(report.title)}"
+
+
+def _error_lines(report: GradingReport) -> list[str]:
+    return ["", f"AUTOGRADER ERROR: {terminal_line(report.error)}"] if report.error else []
+
+
+def _note_lines(report: GradingReport) -> list[str]:
+    return ["", "Notes:", *(f"  {terminal_line(note)}" for note in report.notes)] if report.notes else []
+
+
 def overview_text(report: GradingReport) -> str:
     """The text of the whole submission: score, environment, and how each run went."""
-    lines = [f"{report.practical}: {report.title}", _score_line(report), _environment_line(report)]
-    if report.error:
-        lines += ["", f"AUTOGRADER ERROR: {report.error}"]
-    if report.notes:
-        lines += ["", "Notes:", *(f"  {note}" for note in report.notes)]
+    lines = [_heading(report), _score_line(report), terminal_line(_environment_line(report)), *_error_lines(report), *_note_lines(report)]
     if report.manual:
         lines += ["", "Answers collected for manual grading (not scored here):"]
-        lines += [f"  {question}: {text.strip() or '(empty)'}" for question, text in report.manual]
+        lines += [f"  {terminal_line(question)}: {terminal_line(text.strip()) or '(empty)'}" for question, text in report.manual]
     if report.runs:
         lines += ["", "Runs of your script:"]
         for run in report.runs:
-            lines.append(f"  {run.name} ({run.layout}, {run.wall_s:.1f} s): {run.outcome}")
-            if run.output:
-                lines += [f"    | {line}" for line in run.output.splitlines()]
+            lines.append(f"  {terminal_line(run.name)} ({terminal_line(run.layout)}, {run.wall_s:.1f} s): {terminal_line(run.outcome)}")
+            lines += terminal_block(run.output, "    | ")
             if run.telemetry:
-                lines += [f"    {line}" for line in describe_telemetry(dict(run.telemetry)).splitlines()]
+                lines += terminal_block(describe_telemetry(dict(run.telemetry)), "    ")
     return "\n".join(lines)
 
 
 def console_table(report: GradingReport, width: int = 100) -> str:
     """A per-check table followed by the feedback of every check that did not pass."""
-    title_width = max([len(c.title) for c in report.checks] + [5])
-    title_width = min(title_width, width - 30)
-    lines = [f"{report.practical}: {report.title}", ""]
+    titles = [terminal_line(check.title) for check in report.checks]
+    title_width = min(max([len(title) for title in titles] + [5]), width - 30)
+    lines = [_heading(report), ""]
     lines.append(f"  #  {'check':<{title_width}}  {'points':>9}  result")
-    for check in report.checks:
-        title = check.title if len(check.title) <= title_width else check.title[: title_width - 1] + "…"
+    for check, title in zip(report.checks, titles):
+        title = title if len(title) <= title_width else title[: title_width - 1] + "…"
         points = f"{_points(check.score)}/{_points(check.max_score)}"
         lines.append(f"{check.number:>3}  {title:<{title_width}}  {points:>9}  {_MARK[check.status]}")
-    lines += ["", _score_line(report), _environment_line(report)]
+    lines += ["", _score_line(report), terminal_line(_environment_line(report))]
     if report.manual:
         answered = sum(1 for _, text in report.manual if text.strip())
         lines.append(f"{answered} of {len(report.manual)} free-text answers collected for manual grading")
     if report.checks:
         lines += ["", "Feedback:"]
-        for check in report.checks:
+        for check, title in zip(report.checks, titles):
             mark = "✓" if check.status is Status.PASSED else "✗" if check.status in (Status.FAILED, Status.ERROR) else "·"
-            lines.append(f"  {mark} {check.number}. {check.title}: {check.summary}")
-    if report.notes:
-        lines += ["", "Notes:", *(f"  {note}" for note in report.notes)]
-    if report.error:
-        lines += ["", f"AUTOGRADER ERROR: {report.error}"]
+            lines.append(f"  {mark} {check.number}. {title}: {terminal_line(check.summary)}")
+    lines += [*_note_lines(report), *_error_lines(report)]
     troubled = [r for r in report.runs if r.output]
     if troubled:
         lines += ["", "Output of failing ranks:"]
         for run in troubled:
-            lines.append(f"  {run.name} ({run.layout}): {run.outcome}")
-            lines += [f"    | {line}" for line in run.output.splitlines()]
+            lines.append(f"  {terminal_line(run.name)} ({terminal_line(run.layout)}): {terminal_line(run.outcome)}")
+            lines += terminal_block(run.output, "    | ")
     return "\n".join(lines)
 
 
 def markdown(report: GradingReport) -> str:
     """A markdown summary, e.g. for a CI job summary."""
-    lines = [f"### {report.practical}: {report.title}", "", f"**{_score_line(report)}** — {_environment_line(report)}", ""]
+    heading = f"{markdown_inline(report.practical)}: {markdown_inline(report.title)}"
+    lines = [f"### {heading}", "", f"**{_score_line(report)}** — {markdown_inline(_environment_line(report))}", ""]
     if report.error:
-        lines += [f"> **Autograder error:** {report.error}", ""]
+        lines += [f"> **Autograder error:** {markdown_inline(report.error)}", ""]
     lines += ["| # | check | points | result |", "|---|---|---|---|"]
     for check in report.checks:
         mark = {Status.PASSED: "✅ pass", Status.FAILED: "❌ fail", Status.DEFERRED: "⏸ deferred", Status.ERROR: "⚠️ error"}[check.status]
-        lines.append(f"| {check.number} | {check.title} | {_points(check.score)}/{_points(check.max_score)} | {mark} |")
+        lines.append(f"| {check.number} | {markdown_inline(check.title)} | {_points(check.score)}/{_points(check.max_score)} | {mark} |")
     failing = [c for c in report.checks if c.status is not Status.PASSED]
     if failing:
         lines += ["", "<details><summary>Feedback</summary>", ""]
         for check in failing:
-            lines.append(f"**{check.number}. {check.title}**")
-            lines.append("")
-            lines.append("```")
-            lines.append(check.feedback)
-            lines.append("```")
+            lines += [f"**{check.number}. {markdown_inline(check.title)}**", "", markdown_block(check.feedback)]
         lines += ["", "</details>"]
     return "\n".join(lines) + "\n"

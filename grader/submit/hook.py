@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
 from grader.course import Course
+from grader.results.escape import terminal_line
 from grader.store import ResultsStore, safe_name
 from grader.submit.dispatch import WAITING_FOR_SLOT
 from grader.submit.queue import Queue, Submission
@@ -99,6 +100,11 @@ def describe(queue: Queue, submission: Submission) -> str | None:
     return None
 
 
+def _tell(out: TextIO, text: str) -> None:
+    """One receipt line for the student's `git push` (escaped: it may carry stored text)."""
+    print(terminal_line(text), file=out)
+
+
 def receive(lines: Iterable[str], repo: Path, store: ResultsStore, course: Course, student: str, backend: str, options: dict, start_dispatcher: Callable[[], None], out: TextIO, wait_s: float = 3.0) -> None:
     """Handle a push (post-receive's stdin lines 'old new ref'): queue what it changed, start
     the dispatcher, print one receipt per practical to `out` within about `wait_s`."""
@@ -111,21 +117,21 @@ def receive(lines: Iterable[str], repo: Path, store: ResultsStore, course: Cours
         old, new, _ = parts
         practicals = changed_practicals(repo, old, new, course.practicals)
         if not practicals:
-            print(f"nothing to grade in {new[:7]} (no practical's folder changed)", file=out)
+            _tell(out, f"nothing to grade in {new[:7]} (no practical's folder changed)")
         for practical in practicals:
             submission = Submission(student=student, practical=practical, commit=new, source={"kind": "git", "repo": str(repo)}, backend=backend, options=dict(options))
             status = queue.add(submission)
             if status == "queued":
                 queued.append(submission)
             else:
-                print(f"{practical} @{new[:7]}: {status}", file=out)
+                _tell(out, f"{practical} @{new[:7]}: {status}")
     if not queued:
         return
     try:
         start_dispatcher()
     except Exception as exc:  # noqa: BLE001 - a push must never fail for grading's sake
         for submission in queued:
-            print(f"queued {submission.practical} @{submission.commit[:7]}: {DOWN} ({type(exc).__name__})", file=out)
+            _tell(out, f"queued {submission.practical} @{submission.commit[:7]}: {DOWN} ({type(exc).__name__})")
         return
     receipts: dict[str, str | None] = {}
     deadline = time.monotonic() + wait_s
@@ -135,4 +141,4 @@ def receive(lines: Iterable[str], repo: Path, store: ResultsStore, course: Cours
             break
         time.sleep(0.1)
     for submission in queued:
-        print(f"queued {submission.practical} @{submission.commit[:7]}: {receipts[submission.key] or UNDECIDED}", file=out)
+        _tell(out, f"queued {submission.practical} @{submission.commit[:7]}: {receipts[submission.key] or UNDECIDED}")
