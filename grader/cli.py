@@ -27,7 +27,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -48,6 +47,7 @@ from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
 from grader.grade.session import grade_folder, with_course
 from grader.observe.run import observe_command
+from grader.run.tree import TreeRefused, copy_tree, remove_tree
 from grader.run.virtual_env import virtual_gpu_environment
 from grader.spec import SpecError
 from grader.store import ResultsStore, StoreError
@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--markdown", type=Path, help="also write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
         sub.add_argument("--keep-work", action="store_true", help="keep the working folder of the runs and print where it is")
         sub.add_argument("--no-timing", action="store_true", help="leave the speed checks out (deferred): no timed launches, a quicker grading")
+        sub.add_argument("--no-sandbox", action="store_true", help="run the code with your own rights, without the sandbox and the per-job cgroups (refused with --official)")
 
     g = commands.add_parser("grade", help="grade a submission: every check, results.json")
     g.add_argument("practical", help="practical id, e.g. p6")
@@ -197,8 +198,8 @@ def _say(text: str, file: TextIO | None = None) -> None:
     print(terminal_line(text), file=file or sys.stdout, flush=True)
 
 
-def _grade_folder(practical: Practical, folder: Path, options: GradeOptions, keep_work: bool, official: bool = False) -> GradingReport:
-    graded = grade_folder(practical, folder, options, official=official, keep_work=keep_work)
+def _grade_folder(practical: Practical, folder: Path, options: GradeOptions, keep_work: bool, official: bool = False, contain: bool = True) -> GradingReport:
+    graded = grade_folder(practical, folder, options, official=official, keep_work=keep_work, contain=contain)
     if graded.warning:
         _say(f"warning: {graded.warning}", sys.stderr)
     if graded.kept:
@@ -237,7 +238,8 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
         course = _course(args)
         practical = load_practical(course, args.practical)
         folder = args.submission if not public_only else (args.dir or course.template_dir(args.practical))
-        report = _grade_folder(practical, folder, with_course(_options(args, public_only), course, args.practical), args.keep_work, official=getattr(args, "official", False))
+        options = with_course(_options(args, public_only), course, args.practical)
+        report = _grade_folder(practical, folder, options, args.keep_work, official=getattr(args, "official", False), contain=not args.no_sandbox)
     except (CourseError, SpecError) as exc:
         report = GradingReport.failure(args.practical, str(exc), execution_time_s=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - the results file must exist even then
@@ -430,7 +432,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if status == "queued":
-        shutil.copytree(args.submission, inbox(store, submission.key), symlinks=True, dirs_exist_ok=True)
+        try:
+            target = inbox(store, submission.key)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            remove_tree(target)  # what an earlier, refused submission of the same version left
+            copy_tree(args.submission, target)  # links stay links; hard links and FIFOs are left out
+        except (OSError, TreeRefused) as exc:
+            Queue(store).remove(submission.key)
+            print(f"error: {args.submission} cannot be submitted: {exc}", file=sys.stderr)
+            return 1
         what = settle(Queue(store), submission, course, _backend(args.backend))
         _say(f"queued {submission.practical} for {submission.student} @{submission.commit}: {what}")
     else:

@@ -89,3 +89,17 @@ def git(*args: str, cwd: Path) -> str:
     """Run git as a student would (a fixed name and e-mail, main as the first branch); its stdout."""
     identity = ["-c", "user.name=Student", "-c", "user.email=student@example.org", "-c", "init.defaultBranch=main"]
     return subprocess.run(["git", *identity, *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_deep_tree(folder: Path, levels: int) -> None:
+    """A chain of `levels` folders named `d` in the existing `folder`, made through directory
+    descriptors (the path of the deepest is longer than PATH_MAX)."""
+    import os
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)

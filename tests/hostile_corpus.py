@@ -7,9 +7,14 @@ fragments its feedback must contain.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from helpers import make_deep_tree
+from hostile_text import BILLION_LAUGHS, FAKE_SCORE, HOSTILE_TEXTS
+from p6_variants import SLOW_VARIANT
 
 ROOT = Path(__file__).resolve().parents[1]
 P6 = (ROOT / "solutions" / "p6" / "p6_ddp.py").read_text()
@@ -25,12 +30,14 @@ def p6(prefix: str = "", body: str = P6) -> Callable[[Path], dict[str, str]]:
 @dataclass(frozen=True)
 class Case:
     name: str
-    files: Callable[[dict], dict[str, str]]  # paths the test made (canary, secret, root) -> files
+    files: Callable[[dict], dict[str, str]]  # paths the test made (canary, secret, root_secret, root) -> files
     score: float
     fragments: tuple[str, ...]  # each must appear in the results' feedback (tests and output)
     practical: str = "p6"
     args: tuple[str, ...] = ("--world-size", "2")
     symlinks: dict = field(default_factory=dict)  # link name -> target
+    setup: Callable[[Path, dict], None] | None = None  # makes what text files cannot: hard links, FIFOs, deep trees
+    timed: bool = False  # a grading with its speed checks (costs the timed launches)
 
 
 ATTEMPT_OUTSIDE = """import os
@@ -141,6 +148,9 @@ DAEMON = """import subprocess
 subprocess.Popen(["sleep", "300"], start_new_session=True)
 """
 
+P6_HELD_AFTER_INIT = P6.replace("    dist.init_process_group(backend=backend)\n", "    dist.init_process_group(backend=backend)\n    time.sleep(2)\n")
+assert P6_HELD_AFTER_INIT != P6
+
 SET_ENV = """import os
 os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", "1"
 """
@@ -183,7 +193,7 @@ def simulate_data_parallel(model, x, n):
 
 CASES = (
     Case("fork_bomb", p6("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", ""), 0, ("did not finish within 4 s",), args=("--world-size", "2", "--timeout", "4")),
-    Case("infinite_loop", p6("while True:\n    pass\n", ""), 0, ("did not finish within 4 s (a hang?): rank 0 waits at p6_ddp.py:", "while True:"), args=("--world-size", "2", "--timeout", "4")),
+    Case("infinite_loop", p6("while True: pass\n", ""), 0, ("did not finish within 4 s (a hang?): rank 0 waits at p6_ddp.py:1 in <module>: while True: pass",), args=("--world-size", "2", "--timeout", "4")),
     Case("sleep_forever", p6("import time\ntime.sleep(10**9)\n", ""), 0, ("waits at p6_ddp.py:2 in <module>: time.sleep(10**9)",), args=("--world-size", "2", "--timeout", "4")),
     Case("memory_hog", p6("hog = bytearray(64 * 2**30)\n", ""), 0, ("raised MemoryError",)),
     Case("gigabyte_of_stdout", p6("while True:\n    print('x' * 100000)\n", ""), 0, ("raised OSError: [Errno 27] File too large",)),
@@ -211,7 +221,11 @@ CASES = (
     Case("imports_the_grader_to_score_itself", p6(IMPORT_GRADER), 0, ("raised ModuleNotFoundError: No module named 'grader.results'",)),
     Case("leaves_a_daemon_behind", p6(DAEMON), 16, ("process(es) were still running after the ranks exited and were killed",)),
     Case("hard_codes_the_public_outputs", lambda paths: {"p4_concepts.ipynb": p4_notebook(P4_HARDCODED)}, 8, ("rows into", "observed", "the output differs from the model's output"), practical="p4", args=()),
-    Case("changes_rank_and_world_size", p6(SET_ENV), 0, ("the process group says rank 0 of 1, expected rank",)),
+    # Both ranks then think they are rank 0 of 1 and serve the rendezvous on one port: the one that
+    # comes second fails (the first holds on after its init so that this is always so; were the
+    # first done before the second started, each would train alone on the whole batch, which the
+    # checks that compare gradients cannot tell from real synchronisation).
+    Case("changes_rank_and_world_size", p6(SET_ENV, P6_HELD_AFTER_INIT), 0, ("the process group says rank 0 of 1, expected rank",)),
     Case("exits_0_before_any_work", p6("import sys\nsys.exit(0)\n", ""), 0, ("every rank exited with status 0 before",)),
     Case("segfaults", p6("import ctypes\nctypes.string_at(0)\n", ""), 0, ("was killed by SIGSEGV at p6_ddp.py:2",)),
     Case("one_rank_raises_system_exit", p6("", P6.replace("t0 = time.time()\n", "t0 = time.time()\nif rank == 1:\n    sys.exit(7)\n")), 4, ("rank 1 exited with status 7",)),
@@ -220,12 +234,252 @@ CASES = (
 )
 
 
-def p4_notebook(graded_source: str) -> str:
-    """A p4 notebook whose only graded cell is `graded_source` (the rest of the reference)."""
+def p4_notebook(graded_source: str | None, prefix: str = "") -> str:
+    """A p4 notebook whose graded cell of `simulate_data_parallel` is `graded_source` (None:
+    the reference's), after `prefix`; the rest of the reference."""
     import nbformat
 
     notebook = nbformat.read(ROOT / "solutions" / "p4" / "p4_concepts.ipynb", as_version=4)
     for cell in notebook.cells:
         if "simulate_data_parallel" in cell.source and "graded" in cell.metadata.get("tags", []):
-            cell.source = graded_source
+            cell.source = prefix + (cell.source if graded_source is None else graded_source)
     return nbformat.writes(notebook)
+
+
+# --- escaping the job: every process of a job ends with it, however it hid -------------------
+
+REEXEC_DAEMON = """import os, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:  # double fork, then a new program with an empty environment
+        os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)"], {{}})
+    os._exit(0)
+"""
+
+CHAIN = """import os, sys
+LINK = '''
+import os, sys, time
+depth = int(sys.argv[1])
+if depth > 0 and os.fork() == 0:
+    os.setsid()
+    os.execve(sys.executable, [sys.executable, "-c", os.environ["LINK"], str(depth - 1)], dict(LINK=os.environ["LINK"]))
+time.sleep(300)
+'''
+if int(os.environ["RANK"]) == 0 and os.fork() == 0:
+    os.setsid()
+    os.execve(sys.executable, [sys.executable, "-c", LINK, "120"], dict(LINK=LINK))
+"""
+
+# Outlive the job, then stop every process in sight (the reference's timed launches, were they
+# visible) and copy the other jobs' Python files; what it finds waits in /tmp for the next
+# launch, which reports it.
+SABOTEUR = """import os, sys
+if os.path.exists("/tmp/found.txt"):
+    raise RuntimeError("FOUND " + open("/tmp/found.txt").read()[:500])
+SPY = '''
+import os, signal, time
+mine = os.getcwd()
+end = time.time() + 120
+while time.time() < end:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) in (os.getpid(), 1):
+            continue
+        try:
+            cwd = os.readlink("/proc/" + pid + "/cwd")
+            if cwd != mine:
+                os.kill(int(pid), signal.SIGSTOP)
+                for name in os.listdir(cwd):
+                    if name.endswith(".py"):
+                        with open("/tmp/found.txt", "a") as out:
+                            out.write(cwd + "/" + name + ": " + open(os.path.join(cwd, name)).read()[:200])
+        except OSError:
+            continue
+    time.sleep(0.05)
+'''
+if int(os.environ["RANK"]) == 0 and os.fork() == 0:
+    os.setsid()
+    os.execve(sys.executable, [sys.executable, "-c", SPY], dict())
+"""
+
+SWAPPER = """import os, time
+if int(os.environ["RANK"]) == 0 and os.fork() == 0:  # a folder swapped for a link to /etc, again and again, for a minute
+    os.makedirs("sub", exist_ok=True)
+    open("sub/passwd", "w").write("mine")
+    os.setsid()
+    end = time.time() + 60
+    while time.time() < end:
+        try:
+            os.rename("sub", "sub.real")
+            os.symlink("/etc", "sub")
+            os.remove("sub")
+            os.rename("sub.real", "sub")
+        except OSError:
+            pass
+    os._exit(0)
+"""
+
+PTRACE = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for pid in (os.getppid(), 1):
+    if libc.ptrace(16, pid, 0, 0) == 0:  # PTRACE_ATTACH
+        break
+else:
+    raise RuntimeError("could not trace the launcher: errno " + str(ctypes.get_errno()))
+"""
+
+READ_HARD_LINK = """try:
+    secret = open("notes.txt").read()
+except OSError as exc:
+    raise RuntimeError(f"the hard link was not copied: {{type(exc).__name__}}")
+raise RuntimeError("LEAKED " + secret)
+"""
+
+
+def hard_link(name: str) -> Callable[[Path, dict], None]:
+    """The submission's `name` is a second name of the root-only canary."""
+    return lambda folder, paths: os.link(paths["root_secret"], folder / name)
+
+
+def fifo(name: str) -> Callable[[Path, dict], None]:
+    return lambda folder, paths: os.mkfifo(folder / name)
+
+
+def deep_tree(levels: int) -> Callable[[Path, dict], None]:
+    """A chain of `levels` folders in the submission."""
+    return lambda folder, paths: make_deep_tree(folder, levels)
+
+
+def strange_names(folder: Path, paths: dict) -> None:
+    """File names with escape sequences, a forged line and a right-to-left override; one of
+    them a FIFO, so that the grader names it in its notes."""
+    score = FAKE_SCORE.replace("/", "\u2215")  # a file name holds no slash; the division slash looks the same
+    for name in ("\x1b[2J\x1b[Hclear.txt", f"x\n{score}.txt", "\u202etxt.py"):
+        (folder / name).write_text("data")
+    os.mkfifo(folder / f"\x1b]0;pwned\x07pipe\n{score}")
+
+
+# --- resources: memory, tmpfs, memfd, disk, inodes, processes -----------------------------------
+
+FILL = """import os
+chunk = b"x" * (64 << 20)
+for index in range(32):  # 4 GiB in files of 128 MiB (one file may hold 256 MiB), more than a job may write
+    with open(f"{where}/fill{{{{index}}}}-{{{{os.getpid()}}}}.bin", "wb") as out:
+        out.write(chunk)
+        out.write(chunk)
+"""
+
+MANY_FILES = """import os
+os.makedirs("many", exist_ok=True)
+for index in range(10**6):
+    open(f"many/{{index}}", "w").close()
+"""
+
+MEMFD_HOG = """import os
+chunk = b"x" * (64 << 20)
+kept = []
+for _ in range(40):  # 40 memfds of 192 MiB: past the job's memory cap, while no process maps much
+    kept.append(os.memfd_create("hog"))
+    for _ in range(3):
+        os.write(kept[-1], chunk)
+"""
+
+PROCESS_HOGS = """import os, time
+def hog():
+    block = bytearray(3 << 30)  # under one process's address-space limit, not under the job's memory cap
+    for at in range(0, len(block), 4096):
+        block[at] = 1
+    return block
+for _ in range(2):
+    if os.fork() == 0:
+        kept = hog()
+        time.sleep(5)
+        os._exit(0)
+kept = hog()
+time.sleep(5)
+"""
+
+THREAD_BOMB = """import threading, time
+while True:
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+"""
+
+DEEP_WORK_TREE = """import os
+if int(os.environ["RANK"]) == 0:
+    here = os.open(".", os.O_RDONLY)
+    for _ in range(1100):
+        os.mkdir("deep", dir_fd=here)
+        inner = os.open("deep", os.O_RDONLY, dir_fd=here)
+        os.close(here)
+        here = inner
+    os.close(here)
+"""
+
+# --- text the submission controls --------------------------------------------------------------
+
+ESCAPING_TYPE = """Boom = type("Boom\\n\\x1b[2J\\x1b[H" + {fake!r} + "\\x1b[8m", (Exception,), dict())
+raise Boom("\\x1b]0;pwned\\x07\\u202eevil\\r" + {fake!r})
+""".format(fake=FAKE_SCORE).replace("{", "{{").replace("}", "}}")
+
+SURROGATE = """raise RuntimeError("lone \\ud800 surrogate \\udfff")
+"""
+
+FENCE = "raise RuntimeError({text!r})\n".format(text=HOSTILE_TEXTS["fence_breakout"] + " " + HOSTILE_TEXTS["html"]).replace("{", "{{").replace("}", "}}")
+
+ESCAPING_TODO = """raise NotImplementedError("TODO 1: \\x1b[2J\\x1b[H" + {fake!r} + "\\n" + {fake!r})
+""".format(fake=FAKE_SCORE).replace("{", "{{").replace("}", "}}")
+
+NUL_OUTPUT = """import sys
+sys.stdout.write("\\x00" * 64 + {fake!r} + "\\x1b[2J\\n")
+sys.stderr.write("\\x00\\x1b[H\\x1b[2J" + {fake!r} + "\\n")
+raise SystemExit(3)
+""".format(fake=FAKE_SCORE).replace("{", "{{").replace("}", "}}")
+
+HUGE_LINE = """import sys
+sys.stderr.write("y" * (100 << 20))
+raise SystemExit(4)
+"""
+
+CORRUPT_RECORDS = """import os
+with open(os.path.join("..", "rank" + os.environ["RANK"], "observations.jsonl"), "ab") as records:
+    records.write(b'\\xff\\xfe\\x00' + b'{{"kind": "exit", "how": "exception", "exception": {{"type": "\\\\ud800\\\\u001b[2J", "message": "' + {fake!r}.encode() + b'"}}}}\\n')
+    records.write(b'{{"kind": "exit", "x": ' + b"[" * 100000 + b"\\n")
+raise SystemExit(5)
+""".format(fake=FAKE_SCORE).replace("{", "{{").replace("}", "}}")
+
+P4_SHELL_LINES = "!echo \x1b[2J\x1b[H" + FAKE_SCORE + "\n!rm -rf /\n"
+
+P5_SOLUTION = {n: (ROOT / "solutions" / "p5" / n).read_text() for n in ("p5_dp.py", "p5_single.py")}
+SLOW_P6 = SLOW_VARIANT.edits[0][2].join(P6.split(SLOW_VARIANT.edits[0][1]))
+assert SLOW_P6 != P6
+
+MORE_CASES = (
+    Case("escapes_by_reexec_with_an_empty_environment", p6(REEXEC_DAEMON), 16, ("process(es) were still running after the ranks exited and were killed",)),
+    Case("a_chain_of_120_processes_that_each_leave", p6(CHAIN), 16, ("process(es) were still running after the ranks exited and were killed",)),
+    Case("outlives_its_job_to_stop_and_read_the_reference", p6(SABOTEUR, SLOW_P6), 16, ("above the 1.2× allowed",), args=(), timed=True),
+    Case("swaps_a_folder_for_a_link_to_etc", p6(SWAPPER), 16, ("process(es) were still running",)),
+    Case("ptraces_the_launcher", p6(PTRACE, ""), 0, ("could not trace the launcher",)),
+    Case("hard_links_a_root_only_file", p6(READ_HARD_LINK, ""), 0, ("notes.txt is a hard link", "the hard link was not copied"), setup=hard_link("notes.txt")),
+    Case("hard_linked_answers_file", lambda paths: dict(P5_SOLUTION), 8, ("answers.yaml cannot be read: answers.yaml is a hard link",), practical="p5", args=(), setup=hard_link("answers.yaml")),
+    Case("a_fifo_for_an_answers_file", lambda paths: dict(P5_SOLUTION), 8, ("answers.yaml cannot be read: answers.yaml is not a regular file",), practical="p5", args=(), setup=fifo("answers.yaml")),
+    Case("fills_tmp", p6(FILL.format(where="/tmp"), ""), 0, ("your program's files filled the 2 GiB it may write",)),
+    Case("fills_dev_shm", p6(FILL.format(where="/dev/shm"), ""), 0, ("your program's files filled the 2 GiB it may write",)),
+    Case("fills_the_work_folder", p6(FILL.format(where="."), ""), 0, ("your program's files filled the 2 GiB it may write",)),
+    Case("a_million_empty_files", p6(MANY_FILES, ""), 0, ("your program's files filled the 2 GiB it may write",)),
+    Case("memfd_past_the_memory_cap", p6(MEMFD_HOG, ""), 0, ("your processes used more than 6 GiB of memory",), args=("--world-size", "2", "--timeout", "10")),
+    Case("processes_together_past_the_memory_cap", p6(PROCESS_HOGS, ""), 0, ("your processes used more than 6 GiB of memory",), args=("--world-size", "2", "--timeout", "10")),
+    Case("a_thread_bomb", p6(THREAD_BOMB, ""), 0, ("more than 512 processes and threads",)),
+    Case("leaves_a_1100_level_tree_in_its_work_folder", p6(DEEP_WORK_TREE), 18, ("passed",)),
+    Case("submits_a_1100_level_deep_folder", p6(), 0, ("nested more than 32 levels deep",), setup=deep_tree(1100)),
+    Case("exception_type_with_escapes_and_lines", p6(ESCAPING_TYPE, ""), 0, ("raised Boom",)),
+    Case("a_lone_surrogate_in_an_exception", p6(SURROGATE, ""), 0, ("raised RuntimeError: lone",)),
+    Case("closes_the_markdown_fence", p6(FENCE, ""), 0, ("raised RuntimeError: ```",)),
+    Case("a_todo_message_with_escapes", p6(ESCAPING_TODO, ""), 0, ("stops at TODO 1:",)),
+    Case("nul_bytes_and_escapes_in_output", p6(NUL_OUTPUT, ""), 0, ("exited with status 3",)),
+    Case("a_100_mb_line_on_stderr", p6(HUGE_LINE, ""), 0, ("exited with status 4",)),
+    Case("corrupts_its_own_records", p6(CORRUPT_RECORDS, ""), 0, ("exited with status 5",)),
+    Case("file_names_that_act_on_a_terminal", p6(), 18, ("is a FIFO and was left out",), setup=strange_names),
+    Case("an_answers_alias_bomb", lambda paths: {**P5_SOLUTION, "answers.yaml": BILLION_LAUGHS}, 8, ("anchors",), practical="p5", args=()),
+    Case("notebook_shell_lines_with_escapes", lambda paths: {"p4_concepts.ipynb": p4_notebook(None, P4_SHELL_LINES)}, 14, ("is IPython syntax and was not run",), practical="p4", args=()),
+)
+
+CASES = CASES + MORE_CASES

@@ -3,6 +3,7 @@ output, file names, answers), for tests of every renderer; `HOSTILE_TEXTS` names
 `BILLION_LAUGHS` is an answers.yaml of about 2.5 KB that expands to 10**10 strings."""
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
 
@@ -56,3 +57,27 @@ def acting_characters() -> frozenset[str]:
 def raw_acting(text: str, acting: frozenset[str]) -> list[str]:
     """The acting characters (of `acting`) that `text` holds raw."""
     return sorted(set(text) & acting)
+
+
+def fenced_blocks(text: str) -> tuple[list[str], list[list[str]]]:
+    """The lines outside fenced code blocks and each block's content, as CommonMark reads
+    backtick fences (a closing fence: only backticks, at least as many as the opening)."""
+    outside: list[str] = []
+    blocks: list[list[str]] = []
+    fence = 0
+    for line in text.splitlines():
+        if fence:
+            closing = re.fullmatch(r" {0,3}(`+) *", line)
+            if closing and len(closing.group(1)) >= fence:
+                fence = 0
+            else:
+                blocks[-1].append(line)
+            continue
+        opening = re.fullmatch(r" {0,3}(`{3,})[^`]*", line)
+        if opening:
+            fence = len(opening.group(1))
+            blocks.append([])
+        else:
+            outside.append(line)
+    assert not fence, "a code block is left open"
+    return outside, blocks

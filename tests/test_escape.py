@@ -38,7 +38,7 @@ from grader.results.render import console_table, markdown, overview_text
 from grader.store import ResultsStore
 from grader.submit.queue import Queue, Submission
 from helpers import ROOT, SCHEMA
-from hostile_text import BILLION_LAUGHS, DEEP_YAML, FAKE_SCORE, HOSTILE_TEXTS, HUGE_TEXT, acting_characters, raw_acting
+from hostile_text import BILLION_LAUGHS, DEEP_YAML, FAKE_SCORE, HOSTILE_TEXTS, HUGE_TEXT, acting_characters, fenced_blocks, raw_acting
 
 ALL_HOSTILE = "\n".join(HOSTILE_TEXTS.values())
 
@@ -182,30 +182,6 @@ def test_console_shows_hostile_text_without_letting_it_act(name: str, acting: fr
     report = hostile_report(HOSTILE_REPORTS[name])
     assert_safe_console(console_table(report), acting)
     assert_safe_console(overview_text(report), acting)
-
-
-def fenced_blocks(text: str) -> tuple[list[str], list[list[str]]]:
-    """The lines outside fenced code blocks and each block's content, as CommonMark reads
-    backtick fences (a closing fence: only backticks, at least as many as the opening)."""
-    outside: list[str] = []
-    blocks: list[list[str]] = []
-    fence = 0
-    for line in text.splitlines():
-        if fence:
-            closing = re.fullmatch(r" {0,3}(`+) *", line)
-            if closing and len(closing.group(1)) >= fence:
-                fence = 0
-            else:
-                blocks[-1].append(line)
-            continue
-        opening = re.fullmatch(r" {0,3}(`{3,})[^`]*", line)
-        if opening:
-            fence = len(opening.group(1))
-            blocks.append([])
-        else:
-            outside.append(line)
-    assert not fence, "a code block is left open"
-    return outside, blocks
 
 
 @pytest.mark.parametrize("name", HOSTILE_REPORTS)

@@ -119,7 +119,8 @@ def test_a_killed_launcher_is_replaced_for_the_next_job(runner: LocalRunner, tmp
 
 def test_gpu_telemetry_is_sampled_by_the_runner_and_private_jobs_leave_no_files(tmp_path: Path) -> None:
     """With a GPU source (here a fake NVML), every job's result carries the grader's readings;
-    a private job (a reference solution) has its folder removed once it is read."""
+    a private job (a reference solution) runs in a folder of its own, outside the submission's;
+    every job's folder is removed once it is read."""
     from dataclasses import replace
 
     from grader.run.telemetry import FakeGpus
@@ -135,5 +136,7 @@ def test_gpu_telemetry_is_sampled_by_the_runner_and_private_jobs_leave_no_files(
         assert result.telemetry["gpus"][0]["memory_added_peak_mib"] == 2048.0
         private = local.run(replace(job, name="reference", private=True))
         assert private.ranks[0].status == "exit:0"
-        assert sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir()) == ["01-slept"]  # not 02-reference
+        assert sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir()) == ["shm", "tmp"]
+        assert len([p for p in tmp_path.iterdir() if p.name.startswith("runs-trusted-")]) == 1
     assert gpus.closed
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("runs-trusted-")]

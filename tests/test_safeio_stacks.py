@@ -60,3 +60,10 @@ def test_fault_dumps_are_trimmed_to_the_students_main_thread(tmp_path: Path) -> 
     assert [(f.file, f.line, f.func) for f in frames] == [("main.py", 31, "<module>"), ("helper.py", 9, "step")]
     assert frames[0].code == "step(model)"
     assert student_frames("Fatal Python error: Segmentation fault\n", work) is None
+
+
+def test_json_nested_deeper_than_the_parser_goes_is_a_damaged_line(tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    path.write_text('{"kind": "a"}\n{"x": ' + "[" * 100_000 + "\n")
+    events, lost = read_json_lines(path, 1 << 20)
+    assert [e["kind"] for e in events] == ["a"] and lost

@@ -36,6 +36,7 @@ def test_the_command_isolates_limits_and_drops_privileges() -> None:
     assert "--dev-bind /dev/nvidia0 /dev/nvidia0 --dev-bind /dev/nvidiactl /dev/nvidiactl" in text
     assert command[-3:] == ["/venv/bin/python", "-c", "pass"]
     assert "--remount-ro /" in text and "/work" not in text
+    assert "--bind /tmp/grading/tmp /tmp" in text and "--bind /tmp/grading/shm /dev/shm" in text and "--tmpfs" not in text
 
 
 def test_concurrent_sandboxes_get_distinct_uids() -> None:
@@ -68,12 +69,13 @@ def test_a_uid_goes_back_to_the_pool_only_when_none_of_its_processes_is_left() -
 
 def test_inside_only_the_work_folder_is_writable_and_the_grader_is_absent() -> None:
     sandbox = sandbox_or_skip()
-    root = Path(tempfile.mkdtemp(prefix="grader-test-"))  # reachable by the sandbox's user, unlike pytest's
+    root = sandbox.new_root("grader-test-")  # reachable by the sandbox's user, unlike pytest's
     try:
         sandbox.prepare_root(root)
         work = root / "work"
         work.mkdir()
-        sandbox.give(work)
+        if sandbox.owner is not None:
+            os.chown(work, sandbox.owner, sandbox.owner)
         script = (
             "import os\n"
             f"open('{work}/ok', 'w').write('x')\n"
@@ -89,6 +91,24 @@ def test_inside_only_the_work_folder_is_writable_and_the_grader_is_absent() -> N
         assert (work / "ok").read_text() == "x"
         if sandbox.drop:
             assert int(lines[-1]) == sandbox.uid
+    finally:
+        sandbox.release()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_grading_folder_is_a_capped_tmpfs_until_the_sandbox_is_released() -> None:
+    sandbox = open_sandbox(Limits(cpu_s=60, disk_mb=64, inodes=1000))
+    if isinstance(sandbox, str) or not sandbox.drop:
+        pytest.skip(f"only root mounts a tmpfs: {sandbox if isinstance(sandbox, str) else 'not root'}")
+    root = sandbox.new_root("grader-test-")
+    try:
+        sandbox.prepare_root(root)
+        assert sandbox.mounts == (root,) and "64 MiB per job in all (tmpfs)" in sandbox.describe()
+        info = os.statvfs(root)
+        assert info.f_blocks * info.f_frsize == 64 << 20 and info.f_files == 1000
+        assert [(p.name, oct(p.stat().st_mode & 0o7777)) for p in sorted(root.iterdir()) if p.name != "lib"] == [("shm", "0o1777"), ("tmp", "0o1777")]
+        sandbox.release()
+        assert sandbox.mounts == () and os.statvfs(root).f_blocks != info.f_blocks
     finally:
         sandbox.release()
         shutil.rmtree(root, ignore_errors=True)
@@ -131,4 +151,4 @@ def test_the_self_check_without_a_sandbox_warns_once_and_runs(tmp_path: Path) ->
     assert warnings == ["warning: no sandbox (bubblewrap (bwrap) is not installed; on Debian/Ubuntu: apt-get install bubblewrap); the code runs with your own rights — fine for a self-check, refused by official grading"]
     results = load_results(tmp_path / "r.json")
     assert results["score"] == 14  # every public check (params_sync is hidden until the due date)
-    assert results["extra_data"]["environment"]["isolation"] == "none: the submission ran with the grader's rights"
+    assert results["extra_data"]["environment"]["isolation"].startswith("none: the submission ran with the grader's rights")

@@ -162,9 +162,9 @@ def test_a_worker_that_cannot_find_the_submission_retries_then_records_an_autogr
     for attempt in range(1, MAX_ATTEMPTS):
         assert work(store, COURSE, key) == f"grader failure, retry {attempt} of {MAX_ATTEMPTS - 1}"
         assert queue.load(key).state == "queued"
-    assert work(store, COURSE, key).startswith(f"an autograder error is recorded after {MAX_ATTEMPTS} attempts: the grading job failed: FileNotFoundError")
+    assert work(store, COURSE, key).startswith(f"an autograder error is recorded after {MAX_ATTEMPTS} attempts: the submitted folder cannot be taken: [Errno 2] No such file or directory")
     document = json.loads(store.path_for("alice", "p6", COMMIT).read_text())
-    assert "the grading job failed: FileNotFoundError" in document["tests"][0]["output"]
+    assert "the submitted folder cannot be taken: [Errno 2] No such file or directory" in document["tests"][0]["output"]
     assert document["extra_data"]["provenance"]["attempt"] == MAX_ATTEMPTS
     assert queue.pending() == []
 

@@ -100,7 +100,16 @@ def rank_end(rank: RankResult) -> str | None:
 
 
 def explain(run: JobResult) -> str | None:
-    """The root cause of a run's failure in one line, or None when every rank ended cleanly."""
+    """The root cause of a run's failure in one line, or None when every rank ended cleanly.
+    A cap the kernel saw the job reach (memory, processes, disk) leads: it is the cause of
+    whatever the ranks did next."""
+    cause = _explain(run)
+    if not run.caps_hit:
+        return cause
+    return "; ".join(run.caps_hit) + (f" — then {cause}" if cause else "")
+
+
+def _explain(run: JobResult) -> str | None:
     if run.skipped:
         return f"not run: {run.skipped}"
     if run.error:

@@ -325,7 +325,7 @@ def judge(practical: Practical, execution: Execution, options: GradeOptions = Gr
         environment=execution.environment,
         error="; ".join(errors) or None,
         manual=manual_texts(execution.answers or Answers(None), practical.assignment.manual_answers),
-        notes=execution.prepared.notes,
+        notes=execution.prepared.notes + tuple(dict.fromkeys(note for run in execution.results.values() for note in run.notes)),
     )
 
 

@@ -7,8 +7,12 @@ at import and CUDA is never touched here, so forking is safe (the same reason to
 workers could be forked).
 
 Protocol (JSON lines): the zygote prints {"event": "ready"} once warm, then for each request
-{"op": "job", "id": ..., "ranks": [rank config, ...]} on stdin it forks a job *leader* that
-becomes a session leader and a child subreaper, forks the ranks, and prints
+{"op": "job", "id": ..., "ranks": [rank config, ...], "hold": bool} on stdin it forks a job
+*leader* that becomes a session leader and a child subreaper. With "hold", the leader waits
+before it forks anything: the zygote prints {"event": "forked", "job", "leader"} and reads one
+more line, {"op": "go"} (the grader has moved the leader into the job's cgroup, so that every
+process of the job is born inside it) or anything else (the leader exits at once). Then the
+leader forks the ranks, and the zygote prints
 {"event": "started", "job", "pids"}, {"event": "rank_exit", "job", "rank", "status"} as each
 rank ends, and {"event": "exited", "job", "status", "leftovers"} when every rank has ended (processes a rank left behind are killed then). The zygote prints
 {"event": "leader_exit", "job", "status", "orphans"} when the leader is gone, however it ended
@@ -89,10 +93,16 @@ def kill_children(rounds: int = 20) -> int:
     return running
 
 
-def _lead(job: dict) -> None:
-    """The job leader: fork the ranks, wait for them, clear up what they left; never returns."""
+def _lead(job: dict, gate: int | None) -> None:
+    """The job leader: wait at the `gate` (a pipe) when there is one, fork the ranks, wait for
+    them, clear up what they left; never returns."""
     os.setsid()
     become_subreaper()
+    if gate is not None:
+        opened = os.read(gate, 1)
+        os.close(gate)
+        if not opened:
+            os._exit(70)
     from grader.probe.rank import run_rank
 
     pids = {}
@@ -121,19 +131,29 @@ def main(argv: list[str]) -> int:
     # process or its forks, so they cannot write into the grader's pipe; forked ranks inherit it
     _prctl(PR_SET_DUMPABLE, 0)
     _say({"event": "ready", "pid": os.getpid()})
-    for line in sys.stdin:
+    while line := sys.stdin.readline():
         request = json.loads(line)
         if request.get("op") != "job":
             _say({"event": "error", "message": f"unknown request {request.get('op')!r}"})
             continue
         sys.stdout.flush()
         sys.stderr.flush()
+        gate, opener = os.pipe() if request.get("hold") else (None, None)
         leader = os.fork()
         if leader == 0:
             try:
-                _lead(request)
+                if opener is not None:
+                    os.close(opener)
+                _lead(request, gate)
             finally:
                 os._exit(70)
+        if opener is not None:
+            os.close(gate)
+            _say({"event": "forked", "job": request["id"], "leader": leader})
+            answer = sys.stdin.readline()
+            if answer and json.loads(answer).get("op") == "go":
+                os.write(opener, b"g")
+            os.close(opener)
         _, raw = os.waitpid(leader, 0)
         _say({"event": "leader_exit", "job": request["id"], "status": _status(raw), "orphans": kill_children()})
     return 0

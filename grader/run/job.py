@@ -110,6 +110,8 @@ class JobResult:
     skipped: str | None = None  # why the job was not run at all
     launcher_lost: bool = False  # the grader's launcher died while the job ran (killed from inside?)
     telemetry: dict | None = None  # per-GPU memory and utilisation the grader sampled (grader/run/telemetry.py)
+    caps_hit: tuple[str, ...] = ()  # the job's caps the kernel saw it reach (memory, processes, disk), as messages
+    notes: tuple[str, ...] = ()  # what the copy of the submission left out (hard links, FIFOs)
 
     @property
     def layout(self) -> Layout:

@@ -1,76 +1,61 @@
 """Run jobs as real processes on this machine, through the probe's fork server, inside the
 sandbox (grader/run/sandbox.py) when one is given.
 
-Each job gets a fresh copy of the submission as its working directory (the submission's
-only writable place, with its own tmp) and one folder per rank for stdout, stderr, the
-fault-handler dump and the observations. Those folders belong to the grader and their files
-are created beforehand, so the submission can write into the files but cannot replace them
-with links. A job ends when every rank has exited or when its timeout passes; then every rank
-still alive is asked for its stack (SIGUSR1, answered by the fault handler), the job's whole
-session is killed, and any process still carrying the job's token in its environment is
-killed too. Pids reported from inside the sandbox's pid namespace are mapped to host pids.
-With a GPU source (grader/run/telemetry.py), GPU memory and utilisation are sampled from
-the grader's side while each job runs. A private job (a reference solution) has its folder
-removed as soon as its results are read, so no later job of the grading can see its files.
+Trust domains: the submission's jobs and the grader's own trusted jobs (a reference
+solution: `JobSpec.private`) run in two domains that share nothing — each has its own
+grading folder, its own sandbox (another uid, pid namespace, /tmp and /dev/shm) and its own
+warm launcher, so no process of the submission can see, read or slow down the reference.
+
+Each job gets a fresh copy of the submission as its working directory (made through directory
+descriptors, grader/run/tree.py: links are copied as links, never followed; hard links,
+FIFOs and devices are left out) and one folder per rank for stdout, stderr, the fault-handler
+dump and the observations. The rank folders belong to the grader and their files are created
+beforehand, so the submission can write into the files but cannot replace them with links.
+
+Containment: where the kernel offers control groups (grader/run/cgroups.py), every job has a
+cgroup of its own. The launcher forks the job's leader held at a gate; the grader moves the
+leader into the job's cgroup, then opens the gate, so every process of the job is born in it
+and none can leave it. When the job ends — every rank exited, or its timeout passed (then each
+live rank is first asked for its stack: SIGUSR1, answered by the fault handler) — the cgroup is
+frozen and every process in it killed, however it hid (setsid, double forks, an emptied
+environment). The cgroup also caps the job's memory (processes and the tmpfs pages they write
+together) and its processes, and says afterwards whether a cap was hit. Without cgroups a
+sandboxed domain's launcher is restarted after every job (its pid namespace goes with it), and
+processes carrying the job's token in their environment are killed. Then the job's folder and
+the domain's /tmp and /dev/shm are emptied, so the next job starts clean.
+
+Pids reported from inside the sandbox's pid namespace are mapped to host pids. With a GPU
+source (grader/run/telemetry.py), GPU memory and utilisation are sampled from the grader's
+side while each job runs.
 """
 from __future__ import annotations
 
 import json
 import os
 import select
-import shutil
 import signal
-import stat
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.run import procs
+from grader.run.cgroups import Caps, Cgroups, JobGroup, Usage, open_cgroups
 from grader.run.job import JobResult, JobSpec, RankResult
 from grader.run.safeio import read_json_lines, read_text_tail
-from grader.run.sandbox import Sandbox
+from grader.run.sandbox import SCRATCH, Limits, Sandbox, size_text
 from grader.run.stacks import student_frames
 from grader.run.telemetry import GpuSource, Sampler
 from grader.run.torchrun_env import rank_environment
+from grader.run.tree import TreeLimits, TreeRefused, copy_tree, empty_folder, remove_tree
 
 GRADER_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the grader package
 TOKEN_VARIABLE = "GRADER_JOB_TOKEN"
 RANK_FILES = ("stdout", "stderr", "faults", "observations.jsonl")
-
-
-class SubmissionTooLarge(Exception):
-    """The submission folder exceeds the size the runner accepts."""
-
-
-def copy_submission(source: Path, target: Path, max_bytes: int) -> list[Path]:
-    """Copy folders, regular files and symbolic links (as links, never followed); leave out
-    anything else (a FIFO would block the copy), .git and caches. Returns what was made."""
-    made = [target]
-    total = 0
-    target.mkdir()
-    for folder, dirs, files in os.walk(source):
-        dirs[:] = [d for d in dirs if d not in (".git", "__pycache__") and not os.path.islink(os.path.join(folder, d))]
-        here = target / os.path.relpath(folder, source)
-        for name in dirs:
-            (here / name).mkdir()
-            made.append(here / name)
-        for name in files + [d for d in os.listdir(folder) if os.path.islink(os.path.join(folder, d)) and os.path.isdir(os.path.join(folder, d))]:
-            path = os.path.join(folder, name)
-            info = os.lstat(path)
-            if stat.S_ISLNK(info.st_mode):
-                os.symlink(os.readlink(path), here / name)
-            elif stat.S_ISREG(info.st_mode):
-                total += info.st_size
-                if total > max_bytes:
-                    raise SubmissionTooLarge(f"the submission holds more than {max_bytes >> 20} MiB")
-                shutil.copyfile(path, here / name, follow_symlinks=False)
-            else:
-                continue
-            made.append(here / name)
-    return made
+DISK_FULL_BYTES = 1 << 20  # a grading folder with less free space than this after a job was filled by it
 
 
 @dataclass(frozen=True)
@@ -92,8 +77,10 @@ class LocalRunnerOptions:
     kill_wait_s: float = 10.0
     output_tail_bytes: int = 4096
     observation_bytes: int = 16 << 20
-    max_submission_bytes: int = 50 << 20
+    submission: TreeLimits = TreeLimits()
     extra_env: dict[str, str] = field(default_factory=dict)
+    cgroups: bool = True  # a cgroup per job where the machine offers them
+    keep_files: bool = False  # keep every job's folder (for debugging; the grading folder is then not a capped tmpfs)
 
 
 class _Zygote:
@@ -147,7 +134,7 @@ class _Zygote:
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
             return json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {"event": "garbage", "line": line[:200].decode(errors="replace")}
 
     def wait_ready(self, timeout_s: float) -> str | None:
@@ -183,21 +170,80 @@ class _Zygote:
             pass
 
 
+class _Domain:
+    """One trust domain of a grading: a folder, a sandbox (or none) and a warm launcher."""
+
+    def __init__(self, name: str, root: Path, options: LocalRunnerOptions, sandbox: Sandbox | None, owns_sandbox: bool) -> None:
+        self.name = name
+        self.root = root
+        self.options = options
+        self.sandbox = sandbox
+        self.owns_sandbox = owns_sandbox
+        self.zygote: _Zygote | None = None
+        self.jobs = 0
+        if sandbox:
+            sandbox.prepare_root(root, mount=not options.keep_files)
+        else:
+            for scratch in SCRATCH:
+                (root / scratch).mkdir(exist_ok=True)
+
+    def start(self) -> None:
+        if self.zygote is None or not self.zygote.alive():
+            if self.zygote is not None:
+                self.zygote.close()
+            self.zygote = _Zygote(self.options, self.root, self.sandbox)
+
+    def stop(self) -> None:
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
+
+    def disk_full(self) -> bool:
+        """Whether the jobs' files filled the domain's capped folder."""
+        if self.sandbox is None or self.root not in self.sandbox.mounts:
+            return False
+        info = os.statvfs(self.root)
+        return info.f_bavail * info.f_frsize < DISK_FULL_BYTES or info.f_favail < 16
+
+    def clear(self, job_dir: Path) -> None:
+        """Remove what a job left: its folder, and everything in the sandbox's /tmp and /dev/shm."""
+        if not self.options.keep_files:
+            remove_tree(job_dir)
+        for scratch in SCRATCH:
+            empty_folder(self.root / scratch)
+
+    def close(self) -> None:
+        self.stop()
+        if self.owns_sandbox and self.sandbox is not None:
+            self.sandbox.release()
+
+
 class LocalRunner:
     """Runs jobs as processes on this machine. Use as a context manager, or call close()."""
 
     def __init__(self, root: Path, options: LocalRunnerOptions | None = None, sandbox: Sandbox | None = None, gpus: GpuSource | str | None = None) -> None:
-        """`gpus`: the source of GPU telemetry, or why there is none (a string, for the results)."""
+        """`root`: an empty folder for the submission's jobs. `sandbox`: where they run (its
+        release stays with the caller). `gpus`: the source of GPU telemetry, or why there is
+        none (a string, for the results)."""
         self.root = root
         self.options = options or LocalRunnerOptions()
         self.sandbox = sandbox
-        self.isolation = sandbox.describe() if sandbox else "none: the submission ran with the grader's rights"
+        self.limits = sandbox.limits if sandbox else Limits()
         self.gpus = None if gpus is None or isinstance(gpus, str) else gpus
         self.telemetry = gpus if isinstance(gpus, str) else "off" if gpus is None else f"NVML, {len(gpus.names)} GPU(s), sampled every 0.05 s"
-        self._zygote: _Zygote | None = None
-        self._count = 0
-        if sandbox:
-            sandbox.prepare_root(root)
+        self.caps = Caps(self.limits.job_memory_mb << 20, self.limits.processes)
+        opened = open_cgroups(uuid.uuid4().hex[:8], self.caps) if self.options.cgroups else "switched off"
+        self.cgroups: Cgroups | None = None if isinstance(opened, str) else opened
+        self._own = _Domain("submission", root, self.options, sandbox, owns_sandbox=False)
+        self.isolation = (sandbox.describe() if sandbox else "none: the submission ran with the grader's rights") + "; " + self._containment(opened)
+        self._trusted: _Domain | str | None = None
+
+    def _containment(self, opened: Cgroups | str) -> str:
+        if not isinstance(opened, str):
+            return f"each job in a cgroup of its own ({opened.describe()}), killed whole at its end"
+        if self.sandbox:
+            return f"no cgroups ({opened}): each job in a pid namespace of its own (the launcher is restarted after every job); memory capped per process only"
+        return f"no cgroups ({opened}): a job's processes are found by their environment"
 
     def __enter__(self) -> "LocalRunner":
         return self
@@ -206,42 +252,64 @@ class LocalRunner:
         self.close()
 
     def start(self) -> None:
-        """Start the fork server; it warms up while the caller does other work."""
-        if self._zygote is None or not self._zygote.alive():
-            if self._zygote is not None:
-                self._zygote.close()
-            self._zygote = _Zygote(self.options, self.root, self.sandbox)
-
-    def _stop_launcher(self) -> None:
-        if self._zygote is not None:
-            self._zygote.close()
-            self._zygote = None
+        """Start the submission's fork server; it warms up while the caller does other work."""
+        self._own.start()
 
     def close(self) -> None:
-        """Stop the fork server and release the GPU source."""
-        self._stop_launcher()
+        """Stop the fork servers, release the trusted domain and the GPU source."""
+        self._own.close()
+        if isinstance(self._trusted, _Domain):
+            self._trusted.close()
+            remove_tree(self._trusted.root)
+        self._trusted = None
+        if self.cgroups is not None:
+            try:
+                self.cgroups.close()
+            except OSError:
+                pass  # a group whose process would not die stays; the next grader removes it once empty
+            self.cgroups = None
         if self.gpus is not None:
             self.gpus.close()
             self.gpus = None
 
+    def _domain(self, job: JobSpec) -> "_Domain | str":
+        """The domain a job runs in: the grader's trusted code (private jobs) apart from the
+        submission's, made on first use; or why it cannot be had."""
+        if not job.private:
+            return self._own
+        if self._trusted is None:
+            sandbox = self.sandbox.sibling() if self.sandbox else None
+            if isinstance(sandbox, str):
+                self._trusted = f"the reference solution could not get a sandbox of its own: {sandbox}"
+            else:
+                prefix = f"{self.root.name}-trusted-"
+                root = sandbox.new_root(prefix) if sandbox else Path(tempfile.mkdtemp(prefix=prefix, dir=self.root.parent))
+                self._trusted = _Domain("trusted", root, self.options, sandbox, owns_sandbox=True)
+        return self._trusted
+
     # ------------------------------------------------------------------ jobs
-    def _prepare(self, job: JobSpec) -> Path:
-        """The job's folders: work (a copy of the submission) and tmp, handed to the sandbox's
-        user; rank folders kept by the grader, with their files made beforehand."""
-        self._count += 1
-        job_dir = self.root / f"{self._count:02d}-{job.name}"
+    def _prepare(self, domain: _Domain, job: JobSpec) -> tuple[Path, tuple[str, ...]]:
+        """The job's folders: work (a copy of the submission, handed to the sandbox's user)
+        and the rank folders, kept by the grader, with their files made beforehand. Returns
+        the folder and notes on what the copy left out."""
+        domain.jobs += 1
+        job_dir = domain.root / f"{domain.jobs:02d}-{job.name}"
         job_dir.mkdir(mode=0o755)
-        copied = copy_submission(job.submission, job_dir / "work", self.options.max_submission_bytes)
-        (job_dir / "tmp").mkdir()
-        give = self.sandbox.give if self.sandbox else (lambda *paths: None)
-        give(*copied, job_dir / "tmp")
+        owner = domain.sandbox.owner if domain.sandbox else None
+        notes = copy_tree(job.submission, job_dir / "work", owner, self.options.submission)
         for rank in range(job.layout.world_size):
             folder = job_dir / f"rank{rank}"
             folder.mkdir(mode=0o755)
-            for name in RANK_FILES:
-                (folder / name).touch(mode=0o600)
-                give(folder / name)
-        return job_dir
+            handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                for name in RANK_FILES:
+                    made = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=handle)
+                    if owner is not None:
+                        os.fchown(made, owner, owner)
+                    os.close(made)
+            finally:
+                os.close(handle)
+        return job_dir, notes
 
     def _rank_configs(self, job: JobSpec, job_dir: Path, token: str) -> list[dict]:
         work = job_dir / "work"
@@ -250,7 +318,7 @@ class LocalRunner:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
             "HOME": str(work),
-            "TMPDIR": str(job_dir / "tmp"),
+            "TMPDIR": "/tmp" if self.sandbox else str(job_dir.parent / "tmp"),
             "PYTHONDONTWRITEBYTECODE": "1",
             **self.options.extra_env,
             **job.env,
@@ -281,38 +349,63 @@ class LocalRunner:
 
     def run(self, job: JobSpec) -> JobResult:
         """Run `job`; infrastructure trouble is reported in `JobResult.error`, never raised."""
-        self.start()
-        assert self._zygote is not None
-        problem = self._zygote.wait_ready(self.options.ready_timeout_s)
+        domain = self._domain(job)
+        if isinstance(domain, str):
+            return JobResult(spec=job, ranks=[], error=domain)
+        domain.start()
+        assert domain.zygote is not None
+        problem = domain.zygote.wait_ready(self.options.ready_timeout_s)
         if problem:
-            self._stop_launcher()
+            domain.stop()
             return JobResult(spec=job, ranks=[], error=problem)
         try:
-            job_dir = self._prepare(job)
-        except SubmissionTooLarge as exc:
-            return JobResult(spec=job, ranks=[], skipped=str(exc))
+            job_dir, notes = self._prepare(domain, job)
+        except (TreeRefused, OSError) as exc:  # OSError: a part of the submission cannot be read
+            domain.clear(domain.root / f"{domain.jobs:02d}-{job.name}")
+            return JobResult(spec=job, ranks=[], skipped=f"the submission cannot be taken: {exc}" if isinstance(exc, OSError) else str(exc))
+        group = self.cgroups.job(f"{domain.name}-{domain.jobs:02d}") if self.cgroups else None
+        try:
+            return self._run_in(domain, job, job_dir, notes, group)
+        finally:
+            if group is not None:
+                try:
+                    group.remove()
+                except OSError:
+                    pass  # a process that would not die (stuck in the kernel): the group goes with close(), the uid waits for it
+            domain.clear(job_dir)
+            if group is None and domain.sandbox is not None:
+                domain.stop()  # without a cgroup, only the end of the pid namespace is sure to end every process
+
+    def _run_in(self, domain: _Domain, job: JobSpec, job_dir: Path, notes: tuple[str, ...], group: JobGroup | None) -> JobResult:
+        zygote = domain.zygote
+        assert zygote is not None
         token = uuid.uuid4().hex
         sampler = Sampler(self.gpus) if self.gpus is not None else None
         if sampler is not None:
             sampler.start()
         started = time.monotonic()
         deadline = started + job.timeout_s
-        self._zygote.send({"op": "job", "id": job.name, "ranks": self._rank_configs(job, job_dir, token)})
+        zygote.send({"op": "job", "id": job.name, "ranks": self._rank_configs(job, job_dir, token), "hold": group is not None})
         pids: dict[int, int] = {}
         leader = 0
         status: dict[int, str] = {}
         leftovers = 0
         leader_gone = False
         timed_out = False
+        error = None
         while True:
-            event = self._zygote.next_event(deadline)
+            event = zygote.next_event(deadline)
             if event is None:
-                if not self._zygote.alive():
+                if not zygote.alive():
                     break
                 timed_out = True
                 break
             kind = event.get("event")
-            if kind == "started":
+            if kind == "forked" and group is not None:
+                error = self._admit(zygote, int(event["leader"]), group)
+                if error:
+                    break
+            elif kind == "started":
                 pids = {int(rank): pid for rank, pid in event["pids"].items()}
                 leader = int(event["leader"])
             elif kind == "rank_exit":
@@ -326,33 +419,68 @@ class LocalRunner:
         wall = time.monotonic() - started
         if timed_out:
             # the launcher reports pids as seen inside the sandbox's pid namespace
-            host = procs.host_pids(self._zygote.proc.pid, {*pids.values(), leader})
+            host = procs.host_pids(zygote.proc.pid, {*pids.values(), leader})
             pids = {rank: host[pid] for rank, pid in pids.items() if pid in host}
             self._dump_stacks(pids, status, job_dir)
-            for pid in pids.values():
-                procs.kill_quietly(pid)
-            if leader in host:
-                procs.kill_group_quietly(host[leader])  # the leader's session: ranks and their children
-            leader_gone, orphans = self._await_leader(job.name)
+            if group is None:
+                for pid in pids.values():
+                    procs.kill_quietly(pid)
+                if leader in host:
+                    procs.kill_group_quietly(host[leader])  # the leader's session: ranks and their children
+        stray = 0
+        if group is not None:
+            killed = group.kill(self.options.kill_wait_s)
+            running = 1 + len([rank for rank in pids if rank not in status]) if timed_out else 0  # the leader and the stuck ranks
+            stray = max(0, killed - running)
+        if timed_out or error:
+            leader_gone, orphans = self._await_leader(zygote, job.name)
             leftovers += orphans
-        stray = procs.kill_by_env(TOKEN_VARIABLE, token, self.options.kill_wait_s)
+        stray += procs.kill_by_env(TOKEN_VARIABLE, token, self.options.kill_wait_s)
         telemetry = sampler.stop() if sampler is not None else None
-        launcher_lost = not leader_gone and not self._zygote.alive()
+        launcher_lost = not leader_gone and not zygote.alive()
         if launcher_lost:
-            self._stop_launcher()  # the next job starts a new launcher
+            domain.stop()  # the next job starts a new launcher
         ranks = [self._rank_result(job, job_dir, rank, status.get(rank)) for rank in range(job.layout.world_size)]
-        if job.private:
-            shutil.rmtree(job_dir, ignore_errors=True)
+        caps = self._caps_hit(group.usage() if group is not None else None, domain)
         return JobResult(
-            spec=job, ranks=ranks, timed_out=timed_out and not launcher_lost, wall_s=wall, leftovers=leftovers + stray, launcher_lost=launcher_lost, telemetry=telemetry
+            spec=job,
+            ranks=ranks,
+            timed_out=timed_out and not launcher_lost,
+            wall_s=wall,
+            leftovers=leftovers + stray,
+            launcher_lost=launcher_lost,
+            telemetry=telemetry,
+            error=error,
+            caps_hit=caps,
+            notes=notes,
         )
 
-    def _await_leader(self, name: str) -> tuple[bool, int]:
+    def _admit(self, zygote: _Zygote, leader: int, group: JobGroup) -> str | None:
+        """Move the held leader into the job's cgroup and open its gate; or why not."""
+        host = procs.host_pids(zygote.proc.pid, {leader}).get(leader)
+        try:
+            if host is None:
+                raise OSError(f"the leader's pid {leader} was not found on the host")
+            group.add(host)
+        except OSError as exc:
+            zygote.send({"op": "abort"})
+            return f"the job could not be put into its cgroup: {exc}"
+        zygote.send({"op": "go"})
+        return None
+
+    def _caps_hit(self, usage: Usage | None, domain: _Domain) -> tuple[str, ...]:
+        """Messages for the caps the job reached, as the kernel counted them."""
+        said = usage.message(self.caps) if usage is not None else ""
+        hit = [said] if said else []
+        if domain.disk_full():
+            hit.append(f"your program's files filled the {size_text(self.limits.disk_mb)} it may write (work folder, /tmp, /dev/shm and output together)")
+        return tuple(hit)
+
+    def _await_leader(self, zygote: _Zygote, name: str) -> tuple[bool, int]:
         """Wait for the killed leader's exit: (seen, orphans the zygote killed)."""
-        assert self._zygote is not None
         deadline = time.monotonic() + self.options.kill_wait_s
         while True:
-            event = self._zygote.next_event(deadline)
+            event = zygote.next_event(deadline)
             if event is None:
                 return False, 0
             if event.get("event") == "leader_exit" and event.get("job") == name:

@@ -1,15 +1,19 @@
 """Reading files that student code could have written or replaced.
 
-Every read goes through `open_untrusted`: O_NOFOLLOW (a planted symlink is refused, not
-followed), fstat on the opened descriptor (a regular file only), and a size cap. JSON is
+Every read goes through `read_descriptor`: the file opened with O_NOFOLLOW (a planted symlink
+is refused, not followed; `read_beneath` refuses links on the whole way), fstat on the opened
+descriptor (a regular file with one name only), and a size cap. JSON is
 parsed with the standard library only; nothing is ever unpickled.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from pathlib import Path
+
+from grader.run.tree import open_beneath
 
 
 class UntrustedFileError(Exception):
@@ -21,18 +25,37 @@ def read_untrusted(path: Path, max_bytes: int, *, tail: bool = False) -> tuple[b
 
     Returns the bytes and whether the file was longer (then the head, or the tail if `tail`).
     Raises FileNotFoundError if it does not exist and UntrustedFileError if it is not a
-    plain file.
+    plain file with a single name (a hard link may name a file the submission cannot read).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the last component is a symbolic link
+        if exc.errno == errno.ELOOP:  # the last component is a symbolic link
             raise UntrustedFileError(f"{path.name} is a symbolic link") from None
         raise
+    return read_descriptor(fd, Path(path).name, max_bytes, tail=tail)
+
+
+def read_beneath(folder: Path, relative: str, max_bytes: int) -> tuple[bytes, bool]:
+    """`read_untrusted` of `relative` inside `folder`, reached without following any link on
+    the way (see grader.run.tree.open_beneath)."""
+    try:
+        fd = open_beneath(folder, relative)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UntrustedFileError(f"{relative} is reached through a symbolic link") from None
+        raise
+    return read_descriptor(fd, relative, max_bytes)
+
+
+def read_descriptor(fd: int, name: str, max_bytes: int, *, tail: bool = False) -> tuple[bytes, bool]:
+    """Read (and close) an opened descriptor under the rules of `read_untrusted`."""
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise UntrustedFileError(f"{path.name} is not a regular file")
+            raise UntrustedFileError(f"{name} is not a regular file")
+        if info.st_nlink > 1:
+            raise UntrustedFileError(f"{name} is a hard link (the file has {info.st_nlink} names)")
         longer = info.st_size > max_bytes
         if tail and longer:
             os.lseek(fd, info.st_size - max_bytes, os.SEEK_SET)
@@ -75,7 +98,7 @@ def read_json_lines(path: Path, max_bytes: int) -> tuple[list[dict], bool]:
     for line in data.decode("utf-8", errors="replace").splitlines():
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             lost = True
             continue
         if isinstance(event, dict):

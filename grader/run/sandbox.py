@@ -12,11 +12,18 @@ Mechanism (Linux): the rank launcher (the zygote, and everything it forks) is st
     else is reachable — and a read-only view built from an allow-list: /usr, /etc, the Python
     environment, a copy of the grader's probe, and the grading folder (the one writable place;
     the grader's other files, the solutions, hidden checks and other submissions are simply not
-    there). /tmp is a private tmpfs. The sandbox dies with the grader (--die-with-parent) and
-    killing its outer process ends every process in it (pid namespace);
+    there). /tmp and /dev/shm are folders of the grading folder (emptied by the grader after
+    every job), not tmpfs mounts of their own. The sandbox dies with the grader
+    (--die-with-parent) and killing its outer process ends every process in it (pid namespace);
   * `prlimit` caps CPU seconds, address space, processes, file size and open files, and
-    disables core dumps.
-A leased uid goes back to the pool only when no process of it is left alive.
+    disables core dumps;
+  * the grading folder itself, when the grader is root, is a tmpfs mounted for it with a size
+    and an inode cap: everything the submission writes (its work folder, /tmp, /dev/shm, its
+    output) shares `Limits.disk_mb`, and the pages count towards the job's memory cgroup too
+    (grader/run/cgroups.py). Without root it is a plain folder: only each file is capped.
+A leased uid goes back to the pool only when no process of it is left alive; the grader's
+trusted code (the reference solution) runs in a `sibling` sandbox: another uid, another pid
+namespace, another grading folder.
 Inherited descriptors: the launcher gets only stdin, stdout and stderr. On GPU nodes the
 NVIDIA device files are passed through.
 
@@ -40,20 +47,33 @@ from typing import IO
 from grader.run import procs
 
 UID_POOL = range(61000, 61500)
+SCRATCH = ("tmp", "shm")  # folders of the grading folder that are the sandbox's /tmp and /dev/shm
+MOUNT_SOURCE = "pdl-grader-"  # the tmpfs of a grading folder, then the grader's pid
 RELEASE_WAIT_S = 10.0  # for the processes of a leased uid to exit
 LOCK_DIR = Path(tempfile.gettempdir()) / "pdl-grader-uids"
+# Grading folders live outside /tmp: the sandbox's /tmp is a folder of the grading folder, and a
+# grading folder inside /tmp would be hidden under it.
+GRADINGS = Path("/var/tmp") / f"pdl-grader-{os.geteuid()}"
 PROBE_SOURCE = Path(__file__).resolve().parents[1]  # the grader package
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-process resource limits inside the sandbox."""
+    """Resource limits inside the sandbox: per process (prlimit), and per job (cgroup, tmpfs)."""
 
     cpu_s: int = 900
-    memory_mb: int = 4096
-    processes: int = 512  # per uid: threads count too
+    memory_mb: int = 4096  # address space of one process
+    processes: int = 512  # per job where cgroups are available (twice that per uid): threads count too
     file_mb: int = 256  # largest file a process may write (stdout included)
     open_files: int = 1024
+    job_memory_mb: int = 6144  # every process of a job and the files it writes to tmpfs, together
+    disk_mb: int = 2048  # everything a job writes: work folder, /tmp, /dev/shm, output
+    inodes: int = 100_000  # files and folders in the grading folder
+
+
+def size_text(mib: int) -> str:
+    """'6 GiB', '512 MiB'."""
+    return f"{mib / 1024:g} GiB" if mib >= 1024 else f"{mib} MiB"
 
 
 @dataclass
@@ -68,34 +88,70 @@ class Sandbox:
     devices: tuple[str, ...]
     limits: Limits = field(default_factory=Limits)
     _lease: IO | None = None
+    _mounts: list[Path] = field(default_factory=list)
+    disk_cap: str = "each file only (the grading folder is not a capped tmpfs)"
 
     def describe(self) -> str:
         who = f"uid {self.uid}" if self.drop else f"the grader's own uid {self.uid}"
-        return f"bubblewrap sandbox as {who}, loopback only, read-only system"
+        return f"bubblewrap sandbox as {who}, loopback only, read-only system; files written: {self.disk_cap}"
 
-    def prepare_root(self, root: Path) -> Path:
-        """Make `root` (the grading folder) usable inside: a read-only copy of the probe in
-        root/lib, and the folder itself traversable. Returns the lib folder."""
+    @property
+    def owner(self) -> int | None:
+        """The uid that files made for the submission are handed to (None: the grader's own)."""
+        return self.uid if self.drop else None
+
+    def new_root(self, prefix: str) -> Path:
+        """A new, empty grading folder for this sandbox (see GRADINGS)."""
+        GRADINGS.mkdir(mode=0o711, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=GRADINGS))
+
+    @property
+    def mounts(self) -> tuple[Path, ...]:
+        """The grading folders this sandbox mounted a capped tmpfs on."""
+        return tuple(self._mounts)
+
+    def prepare_root(self, root: Path, mount: bool = True) -> Path:
+        """Make `root` (an empty grading folder) usable inside: a capped tmpfs when the grader
+        is root (and `mount`), a read-only copy of the probe in root/lib, and root/tmp and
+        root/shm, the sandbox's /tmp and /dev/shm. Returns the lib folder."""
         if self.drop:
             closed = [p for p in Path(root).resolve().parents if not p.stat().st_mode & stat.S_IXOTH]
             if closed:
                 raise ValueError(f"the grading folder {root} must be reachable by the sandbox's user, but {closed[0]} is not searchable by others")
+        hidden = [inside for inside in ("/tmp", "/dev/shm") if str(Path(root).resolve()).startswith(inside + "/")]
+        if hidden:
+            raise ValueError(f"the grading folder {root} must not be inside {hidden[0]}, which the sandbox replaces (make it with Sandbox.new_root)")
+        if self.drop:
+            if mount:
+                self._mount_tmpfs(root)
         lib = root / "lib"
         package = lib / "grader"
         shutil.copytree(PROBE_SOURCE / "probe", package / "probe", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(PROBE_SOURCE / "__init__.py", package / "__init__.py")
         for path in (root, *lib.rglob("*"), lib):  # all made just now by the grader: no links
             path.chmod(0o755 if path.is_dir() else 0o644)
+        for name in SCRATCH:
+            (root / name).mkdir()
+            (root / name).chmod(0o1777)
         return lib
 
-    def give(self, *paths: Path) -> None:
-        """Hand `paths` over to the sandbox's uid (what the submission may write). Links are
-        changed themselves, never followed: a submission's `x -> /etc/shadow` must not hand
-        /etc/shadow over (os.chown follows links; os.lchown does not)."""
-        if not self.drop:
-            return
-        for path in paths:
-            os.lchown(path, self.uid, self.uid)
+    def _mount_tmpfs(self, root: Path) -> None:
+        limits = self.limits
+        options = f"size={limits.disk_mb}m,nr_inodes={limits.inodes},mode=0755,nosuid,nodev"
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, f"{MOUNT_SOURCE}{os.getpid()}", str(root)], capture_output=True, text=True)
+        if done.returncode == 0:
+            self._mounts.append(root)
+            self.disk_cap = f"{size_text(limits.disk_mb)} per job in all (tmpfs), {size_text(limits.file_mb)} per file"
+        else:
+            self.disk_cap = f"each file only ({size_text(limits.file_mb)}); a tmpfs could not be mounted: {done.stderr.strip()[:200]}"
+
+    def sibling(self) -> "Sandbox | str":
+        """Another sandbox like this one with a uid of its own (for the grader's trusted code),
+        or why there cannot be one."""
+        lease = _lease_uid() if self.drop else (self.uid, None)
+        if lease is None:
+            return f"every sandbox uid of {UID_POOL.start}-{UID_POOL.stop - 1} is in use"
+        return Sandbox(bwrap=self.bwrap, uid=lease[0], drop=self.drop, python=self.python, read_only=self.read_only, devices=self.devices, limits=self.limits, _lease=lease[1])
 
     def command(self, argv: list[str], root: Path) -> list[str]:
         """`argv` (starting with the sandbox's python) wrapped in limits, uid drop and bwrap,
@@ -105,7 +161,7 @@ class Sandbox:
             "prlimit",
             f"--cpu={limits.cpu_s}",
             f"--as={limits.memory_mb << 20}",
-            f"--nproc={limits.processes}",
+            f"--nproc={2 * limits.processes}",  # per uid, a backstop: the job's cgroup, where there is one, stops it at `processes`
             f"--fsize={limits.file_mb << 20}",
             f"--nofile={limits.open_files}",
             "--core=0",
@@ -114,14 +170,14 @@ class Sandbox:
         if self.drop:
             wrapped += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
         wrapped += [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
-        wrapped += ["--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+        wrapped += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
         for link in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink(f"/{link}"):
                 wrapped += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
         for path in self.read_only:
             wrapped += ["--ro-bind", path, path]
         wrapped += ["--bind", str(root), str(root), "--ro-bind", str(root / "lib"), str(root / "lib")]
-        wrapped += ["--proc", "/proc", "--dev", "/dev"]
+        wrapped += ["--proc", "/proc", "--dev", "/dev", "--bind", str(root / "tmp"), "/tmp", "--bind", str(root / "shm"), "/dev/shm"]
         for device in self.devices:
             wrapped += ["--dev-bind", device, device]
         wrapped += ["--remount-ro", "/", "--chdir", str(root), "--", *argv]
@@ -130,18 +186,45 @@ class Sandbox:
     def release(self) -> None:
         """Give the leased uid back, once no process of it is left: killed processes of a
         sandbox can take a moment to exit (its pid namespace's init waits for the last of
-        them), and the next grading that leases the uid must start with none."""
+        them), and the next grading that leases the uid must start with none. Then unmount
+        the tmpfs of its grading folder."""
         if self._lease is not None:
             if self.drop:
                 procs.kill_by_uid(self.uid, RELEASE_WAIT_S)
             self._lease.close()
             self._lease = None
+        for root in list(self._mounts):
+            self.unmount(root)
+
+    def unmount(self, root: Path) -> None:
+        """Unmount the tmpfs of the grading folder `root`, if this sandbox mounted one."""
+        if root in self._mounts:
+            self._mounts.remove(root)
+            _unmount(root)
 
     def __enter__(self) -> "Sandbox":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _unmount(root: Path | str) -> None:
+    subprocess.run(["umount", "--lazy", str(root)], capture_output=True)
+
+
+def _sweep_stale_mounts(mounts: Path = Path("/proc/self/mounts")) -> None:
+    """Unmount the grading folders' tmpfs mounts left by graders that are gone (killed before
+    they could unmount): their memory would stay taken."""
+    try:
+        lines = mounts.read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        source, target = (line.split() + ["", ""])[:2]
+        owner = source[len(MOUNT_SOURCE):]
+        if source.startswith(MOUNT_SOURCE) and owner.isdigit() and not procs.alive(int(owner)):
+            _unmount(target.replace("\\040", " "))
 
 
 def _readable_by_others(path: str) -> bool:
@@ -173,13 +256,14 @@ def _lease_uid() -> tuple[int, IO] | None:
 
 def _works(sandbox: Sandbox) -> str | None:
     """Start `python -c pass` in the sandbox: None if it works, else what went wrong."""
-    root = Path(tempfile.mkdtemp(prefix="grader-sandbox-check-"))
+    root = sandbox.new_root("grader-sandbox-check-")
     try:
-        sandbox.prepare_root(root)
+        sandbox.prepare_root(root, mount=False)
         done = subprocess.run(sandbox.command([sandbox.python, "-c", "import grader.probe"], root), capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root / "lib")})
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     finally:
+        sandbox.unmount(root)
         shutil.rmtree(root, ignore_errors=True)
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
 
@@ -200,6 +284,8 @@ def open_sandbox(limits: Limits | None = None, python: str = sys.executable) -> 
         unreadable = [p for p in prefixes if not _readable_by_others(p)]
         if unreadable:
             return f"the Python environment ({', '.join(unreadable)}) cannot be read by the sandbox's unprivileged user; install it in a world-readable place (scripts/setup.sh uses the system Python)"
+    if drop:
+        _sweep_stale_mounts()
     lease = _lease_uid() if drop else (os.getuid(), None)
     if lease is None:
         return f"every sandbox uid of {UID_POOL.start}-{UID_POOL.stop - 1} is in use"

@@ -20,6 +20,7 @@ from grader.grade.pipeline import GradeOptions
 from grader.grade.session import grade_folder, with_course
 from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport
+from grader.run.tree import TreeRefused, copy_tree, remove_tree
 from grader.store import ResultsStore
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
@@ -37,11 +38,14 @@ class MaterialiseError(Exception):
 def materialise(submission: Submission, into: Path) -> Path:
     """The submission's folder for its practical, made under `into`."""
     folder = into / "submission"
-    folder.mkdir()
     source = submission.source
     if source["kind"] == "folder":
-        shutil.copytree(source["path"], folder, symlinks=True, dirs_exist_ok=True)
+        try:
+            copy_tree(Path(source["path"]), folder)  # links stay links; hard links and FIFOs are left out
+        except (OSError, TreeRefused) as exc:
+            raise MaterialiseError(f"the submitted folder cannot be taken: {exc}") from None
         return folder
+    folder.mkdir()
     prefix = f"assignments/{submission.practical}"
     done = subprocess.run(["git", "--git-dir", source["repo"], "archive", "--format=tar", submission.commit, prefix], capture_output=True, timeout=120, env=git_free_environment())
     if done.returncode != 0:
@@ -127,7 +131,7 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     except Exception as exc:  # noqa: BLE001 - the worker's own failure: retried, never lost
         report = GradingReport.failure(submission.practical, f"the grading job failed: {type(exc).__name__}: {exc}")
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
     if report.error and submission.attempts + 1 < MAX_ATTEMPTS:
         submission.attempts += 1
         submission.state = "queued"
