@@ -152,3 +152,82 @@ def test_the_self_check_without_a_sandbox_warns_once_and_runs(tmp_path: Path) ->
     results = load_results(tmp_path / "r.json")
     assert results["score"] == 14  # every public check (params_sync is hidden until the due date)
     assert results["extra_data"]["environment"]["isolation"].startswith("none: the submission ran with the grader's rights")
+
+
+WHERE_AM_I = """import json, os
+print(json.dumps({"uid": os.getuid(), "pid_ns": os.readlink("/proc/self/ns/pid"), "cwd": os.getcwd(), "others": OTHERS}))
+"""
+
+ESCAPE = """import os, sys
+LINK = '''
+import os, sys, time
+depth = int(sys.argv[1])
+if depth > 0 and os.fork() == 0:
+    os.setsid()
+    os.execve(sys.executable, [sys.executable, "-c", sys.argv[2], str(depth - 1), sys.argv[2]], {})
+if depth == 0:
+    open("chain-complete", "w").close()
+time.sleep(300)
+'''
+if os.fork() == 0:  # a chain of 40 live processes, each a new program with an empty environment in a session of its own
+    os.execve(sys.executable, [sys.executable, "-c", LINK, "40", LINK], {})
+import time
+while not os.path.exists("chain-complete"):
+    time.sleep(0.05)
+"""
+
+
+def _job(folder: Path, name: str, source: str, private: bool = False) -> "JobSpec":
+    from grader.run.job import JobSpec, Layout
+
+    folder.mkdir(parents=True)
+    (folder / "main.py").write_text(source)
+    return JobSpec(name=name, submission=folder, script="main.py", argv=(), layout=Layout(1, 1), timeout_s=60, private=private)
+
+
+def test_the_reference_runs_in_a_domain_of_its_own(tmp_path: Path) -> None:
+    """A private job (the reference solution) has another uid, another pid namespace and another
+    grading folder than the submission's jobs, and neither can see the other's folder."""
+    import json
+
+    from grader.run.local import LocalRunner
+
+    sandbox = sandbox_or_skip()
+    root = sandbox.new_root("grader-test-")
+    try:
+        with LocalRunner(root, sandbox=sandbox) as runner:
+            own = runner.run(_job(tmp_path / "own", "own", WHERE_AM_I.replace("OTHERS", "sorted(os.listdir(os.path.dirname(os.path.dirname(os.getcwd()))))")))
+            seen = json.loads(own.ranks[0].stdout_tail)
+            probe = WHERE_AM_I.replace("OTHERS", f"os.path.exists({str(root)!r})")
+            trusted = json.loads(runner.run(_job(tmp_path / "ref", "ref", probe, private=True)).ranks[0].stdout_tail)
+        assert trusted["uid"] != seen["uid"] or not sandbox.drop
+        assert trusted["pid_ns"] != seen["pid_ns"]
+        assert not trusted["cwd"].startswith(str(root) + "/") and trusted["others"] is False
+        assert not any("trusted" in name for name in seen["others"])  # the grading folders beside its own are not in its view
+    finally:
+        sandbox.release()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("cgroups", [True, False], ids=["cgroup per job", "launcher restarted per job"])
+def test_a_process_that_hid_from_its_job_ends_with_the_job(cgroups: bool, tmp_path: Path) -> None:
+    """A chain of processes deeper than any walk of the tree, each re-executed with an empty
+    environment in a session of its own, is gone when the job ends: killed with the job's
+    cgroup, or with the launcher's pid namespace where there are no cgroups."""
+    from grader.run.local import LocalRunner, LocalRunnerOptions
+
+    sandbox = sandbox_or_skip()
+    if not sandbox.drop:
+        sandbox.release()
+        pytest.skip("the grader is not root: no uid of its own to look for")
+    root = sandbox.new_root("grader-test-")
+    try:
+        with LocalRunner(root, LocalRunnerOptions(cgroups=cgroups), sandbox=sandbox) as runner:
+            assert ("each job in a cgroup of its own" in runner.isolation) is cgroups
+            result = runner.run(_job(tmp_path / "escape", "escape", ESCAPE))
+            assert result.ranks[0].status == "exit:0" and result.leftovers >= 1
+            left = [pid for pid in procs.pids_of_uids(range(sandbox.uid, sandbox.uid + 1)) if "time.sleep(300)" in procs.cmdline(pid)]
+            assert left == []
+    finally:
+        sandbox.release()
+        shutil.rmtree(root, ignore_errors=True)
