@@ -38,6 +38,7 @@ class Case:
     symlinks: dict = field(default_factory=dict)  # link name -> target
     setup: Callable[[Path, dict], None] | None = None  # makes what text files cannot: hard links, FIFOs, deep trees
     timed: bool = False  # a grading with its speed checks (costs the timed launches)
+    within_s: float | None = None  # the grading's own time must stay under this
 
 
 ATTEMPT_OUTSIDE = """import os
@@ -465,14 +466,14 @@ MORE_CASES = (
     Case("swaps_a_folder_for_a_link_to_etc", p6(SWAPPER), 16, ("process(es) were still running",)),
     Case("ptraces_the_launcher", p6(PTRACE, ""), 0, ("could not trace the launcher",)),
     Case("hard_links_a_root_only_file", p6(READ_HARD_LINK, ""), 0, ("notes.txt is a hard link", "the hard link was not copied"), setup=hard_link("notes.txt")),
-    Case("hard_linked_answers_file", lambda paths: dict(P5_SOLUTION), 8, ("answers.yaml cannot be read: answers.yaml is a hard link",), practical="p5", args=(), setup=hard_link("answers.yaml")),
-    Case("a_fifo_for_an_answers_file", lambda paths: dict(P5_SOLUTION), 8, ("answers.yaml cannot be read: answers.yaml is not a regular file",), practical="p5", args=(), setup=fifo("answers.yaml")),
+    Case("hard_linked_answers_file", lambda paths: dict(P5_SOLUTION), 8, ("answers.yaml is a hard link (the file has 2 names) and was left out", "answers.yaml is not in the submission"), practical="p5", args=(), setup=hard_link("answers.yaml")),
+    Case("a_fifo_for_an_answers_file", lambda paths: dict(P5_SOLUTION), 8, ("answers.yaml is a FIFO and was left out", "answers.yaml is not in the submission"), practical="p5", args=(), setup=fifo("answers.yaml")),
     Case("fills_tmp", p6(FILL.format(where="/tmp"), ""), 0, ("your program's files filled the 2 GiB it may write",)),
     Case("fills_dev_shm", p6(FILL.format(where="/dev/shm"), ""), 0, ("your program's files filled the 2 GiB it may write",)),
     Case("fills_the_work_folder", p6(FILL.format(where="."), ""), 0, ("your program's files filled the 2 GiB it may write",)),
     Case("a_million_empty_files", p6(MANY_FILES, ""), 0, ("your program's files filled the 2 GiB it may write",)),
-    Case("memfd_past_the_memory_cap", p6(MEMFD_HOG, ""), 0, ("your processes used more than 6 GiB of memory",), args=("--world-size", "2", "--timeout", "10")),
-    Case("processes_together_past_the_memory_cap", p6(PROCESS_HOGS, ""), 0, ("your processes used more than 6 GiB of memory",), args=("--world-size", "2", "--timeout", "10")),
+    Case("memfd_past_the_memory_cap", p6(MEMFD_HOG, ""), 0, ("your processes used more than 6 GiB of memory",), args=("--world-size", "2", "--timeout", "30")),
+    Case("processes_together_past_the_memory_cap", p6(PROCESS_HOGS, ""), 0, ("your processes used more than 6 GiB of memory",), args=("--world-size", "2", "--timeout", "30")),
     Case("a_thread_bomb", p6(THREAD_BOMB, ""), 0, ("more than 512 processes and threads",)),
     Case("leaves_a_1100_level_tree_in_its_work_folder", p6(DEEP_WORK_TREE), 18, ("passed",)),
     Case("submits_a_1100_level_deep_folder", p6(), 0, ("nested more than 32 levels deep",), setup=deep_tree(1100)),
@@ -489,3 +490,133 @@ MORE_CASES = (
 )
 
 CASES = CASES + MORE_CASES
+
+
+# --- found by attacking the sandbox as it was (a red team): IPC, /dev, keyrings, the folder itself
+
+SYSV_SHM = """import ctypes, os
+if int(os.environ["RANK"]) == 0:
+    with open("/proc/sysvipc/shm") as table:
+        if len(table.read().splitlines()) > 1:
+            raise RuntimeError("a shared-memory segment of an earlier job is still there")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    segment = libc.shmget(0, ctypes.c_size_t(1 << 30), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(ctypes.c_void_p(address), 1, 1 << 30)  # 1 GiB touched, then detached: the segment stays
+    libc.shmdt(ctypes.c_void_p(address))
+"""
+
+WRITE_DEV = """try:
+    with open("/dev/fill.bin", "wb") as out:  # bwrap's /dev: a tmpfs of the sandbox's user, without a cap
+        out.write(b"x" * (64 << 20))
+except OSError as exc:
+    raise RuntimeError(f"/dev stayed read-only: {{type(exc).__name__}}")
+"""
+
+KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}  # add_key, keyctl
+
+READ_KEYRING = """import ctypes, os
+add_key, keyctl = {numbers}
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+found = libc.syscall(keyctl, 10, -3, b"user", b"pdl-grader-canary", 0)  # KEYCTL_SEARCH the session keyring
+if found < 0:
+    raise RuntimeError("no key of the grader's session keyring in reach")
+buffer = ctypes.create_string_buffer(4096)
+size = libc.syscall(keyctl, 11, ctypes.c_long(found), buffer, 4096)  # KEYCTL_READ
+raise RuntimeError("KEY " + buffer.raw[:max(size, 0)].decode(errors="replace"))
+""".format(numbers=KEYCTL.get(os.uname().machine, (-1, -1)))
+
+
+def grader_session_keyring(folder: Path, paths: dict) -> None:
+    """The grader runs with a session keyring of its own holding a key (a systemd service, a
+    PAM login): the root-only canary's text, under the name the submission looks for."""
+    import ctypes
+
+    add_key, keyctl = KEYCTL[os.uname().machine]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    assert libc.syscall(keyctl, 1, b"pdl-grader-test-session") >= 0  # KEYCTL_JOIN_SESSION_KEYRING
+    payload = paths["root_secret"].read_bytes()
+    assert libc.syscall(add_key, b"user", b"pdl-grader-canary", payload, len(payload), -3) >= 0
+
+
+def a_students_link_to_the_solutions(folder: Path, paths: dict) -> None:
+    """The folder to grade is the student's link to the course's solutions."""
+    folder.rename(folder.with_name("parked"))
+    folder.symlink_to(ROOT / "solutions" / "p6")
+    os.lchown(folder, 65534, 65534)
+
+
+def swap_after_the_first_job(folder: Path, paths: dict) -> None:
+    """A process of the student's, outside the grader, swaps the submission folder for a link
+    to the course's solutions once the grading has begun (the student can write the folder's
+    parent: a shared home, an inbox). The grading takes the folder once, at its start, and
+    follows no link of another user: it grades what was there, or nothing."""
+    import subprocess
+    import sys
+
+    parked = folder.with_name("parked")
+    watcher = f"""
+import os, time
+end = time.time() + 60
+def first_job_started():
+    base = "/var/tmp/pdl-grader-0"
+    for grading in os.listdir(base):
+        try:
+            if grading.startswith("grader-p6-") and any(n.startswith("01-") for n in os.listdir(os.path.join(base, grading))):
+                return True
+        except OSError:
+            pass
+    return False
+while time.time() < end and not first_job_started():
+    time.sleep(0.01)
+os.rename({str(folder)!r}, {str(parked)!r})
+os.symlink({str(ROOT / "solutions" / "p6")!r}, {str(folder)!r})
+os.lchown({str(folder)!r}, 65534, 65534)  # the student's link, not root's
+"""
+    subprocess.Popen([sys.executable, "-c", watcher], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+OBSERVATION_FLOOD = """import os
+with open(os.path.join("..", "rank" + os.environ["RANK"], "observations.jsonl"), "a") as records:
+    records.write("{{}}\\n" * (5 << 20))  # 15 MiB of empty records: millions of objects, were they all read
+raise SystemExit(6)
+"""
+
+RED_TEAM_CASES = (
+    Case("sysv_shared_memory_outlives_its_job", p6(SYSV_SHM), 18, ("passed",), args=()),
+    Case("writes_into_dev", p6(WRITE_DEV), 0, ("/dev stayed read-only: OSError",)),
+    Case("floods_its_records_with_tiny_objects", p6(OBSERVATION_FLOOD, ""), 0, ("exited with status 6",), args=("--world-size", "4"), within_s=30),
+    Case("reads_the_graders_session_keyring", p6(READ_KEYRING, ""), 0, ("no key of the grader's session keyring in reach",), setup=grader_session_keyring),
+    Case("the_submission_folder_swapped_for_a_link_to_the_solutions", p6("raise SystemExit('nothing was done')\n", ""), 0, ("nothing was done",), setup=swap_after_the_first_job),
+    Case("the_submission_folder_is_a_link_to_the_solutions", p6("raise SystemExit('nothing was done')\n", ""), 0, ("is a symbolic link of another user (uid 65534)",), setup=a_students_link_to_the_solutions),
+)
+
+CASES = CASES + RED_TEAM_CASES
+
+P5_ANSWERS = (ROOT / "solutions" / "p5" / "answers.yaml").read_text()
+HEX_ANSWER = P5_ANSWERS.replace("  faster: No.", "  faster: 0x" + "F" * 5000 + "  # No.")
+HUGE_TIME = P5_ANSWERS.replace("    total_time: 0.41", "    total_time: 1" + "0" * 400)
+NOT_A_NUMBER = P5_ANSWERS.replace("    total_time: 0.41", "    total_time: .inf").replace("    total_time: 0.55", "    total_time: .inf").replace("  speedup: 0.75", "  speedup: 12345")
+assert HEX_ANSWER != P5_ANSWERS and HUGE_TIME != P5_ANSWERS and NOT_A_NUMBER.count(".inf") == 2
+
+def p4_with_cell_ids(cell_id: str) -> str:
+    """The reference notebook whose first cells all carry `cell_id` (nbformat warns for each)."""
+    import json
+
+    notebook = json.loads((ROOT / "solutions" / "p4" / "p4_concepts.ipynb").read_text())
+    for cell in notebook["cells"][:6]:
+        cell["id"] = cell_id
+    return json.dumps(notebook)
+
+
+ANSWER_CASES = (
+    Case("a_notebook_with_duplicate_megabyte_cell_ids", lambda paths: {"p4_concepts.ipynb": p4_with_cell_ids("A" * (1 << 20))}, 14, ("passed",), practical="p4", args=()),
+    Case("a_5000_digit_hex_number_as_a_free_text_answer", lambda paths: {**P5_SOLUTION, "answers.yaml": HEX_ANSWER}, 13, ("0xFFFFFFFF",), practical="p5", args=()),
+    Case("a_400_digit_time_in_the_timing_table", lambda paths: {**P5_SOLUTION, "answers.yaml": HUGE_TIME}, 11, ("fill in single_gpu.total_time with positive numbers",), practical="p5", args=()),
+    Case("infinite_times_and_any_speedup", lambda paths: {**P5_SOLUTION, "answers.yaml": NOT_A_NUMBER}, 11, ("fill in single_gpu.total_time, data_parallel.total_time with positive numbers",), practical="p5", args=()),
+)
+
+CASES = CASES + ANSWER_CASES

@@ -308,6 +308,27 @@ def test_memory_past_the_cap_is_stopped_and_reported(grading: Opener, started: l
 
 
 @real_cgroups
+def test_what_a_job_leaves_charged_counts_against_the_next_job(grading: Opener, started: list[subprocess.Popen], shm_folder: Path) -> None:
+    """A tmpfs file written by one job outlives its group; its pages move to the grading's
+    parent group, which holds the same cap: the next job cannot use them again."""
+    cgroups = grading(Caps(200 * MiB, 64))
+    first = cgroups.job("first")
+    writer = start_blocked(started, HOGS["a tmpfs file"].replace("range(1, 301)", "range(1, 151)"), str(shm_folder / "left.bin"))
+    first.add(writer.pid)
+    release(writer)
+    assert "survived" in read_lines(writer, timeout=4) and writer.wait(timeout=4) == 0
+    first.remove()
+    second = cgroups.job("second")
+    hog = start_blocked(started, HOGS["anonymous memory"].replace("range(1, 301)", "range(1, 121)"))
+    second.add(hog.pid)
+    release(hog)
+    lines = read_lines(hog, timeout=4)
+    assert hog.wait(timeout=4) == -signal.SIGKILL and "survived" not in lines and max(int(line) for line in lines if line.isdigit()) < 80
+    if cgroups.version == "cgroup v1":
+        assert int((cgroups.parents["memory"] / "memory.limit_in_bytes").read_text()) == 200 * MiB
+
+
+@real_cgroups
 def test_remove_of_a_group_whose_processes_are_gone(grading: Opener, started: list[subprocess.Popen]) -> None:
     job = grading().job("done")
     process = start_blocked(started, "import sys; sys.stdin.readline()")
@@ -557,6 +578,9 @@ def test_v2_puts_the_grading_next_to_our_group_and_caps_each_job(fake_tree: tupl
     assert job.dirs == {"cgroup2": files.root / parent / "rank0"}
     assert files.writes == [
         (f"{parent}/cgroup.subtree_control", "+memory +pids"),
+        (f"{parent}/memory.max", str(4 << 30)),  # the grading as a whole: what a job leaves charged counts for the next
+        (f"{parent}/memory.swap.max", "0"),
+        (f"{parent}/pids.max", "512"),
         (f"{parent}/rank0/memory.max", str(4 << 30)),
         (f"{parent}/rank0/memory.swap.max", "0"),
         (f"{parent}/rank0/pids.max", "512"),

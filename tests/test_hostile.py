@@ -69,13 +69,15 @@ def test_hostile_submission_is_graded_and_contained(case: Case, outside: dict, t
     before = {path: _owner_and_mode(path) for path in watched}
     summary = tmp_path / "summary.md"
     results = grade_in_process(case.practical, folder, tmp_path / "results.json", *case.args, "--markdown", str(summary), timed=case.timed)
-    console = capsys.readouterr().out
+    console, errors = capsys.readouterr()
     text = json.dumps(results, ensure_ascii=False)
     assert results["score"] == pytest.approx(case.score), text[:3000]
     for fragment in case.fragments:
         assert fragment in text, fragment
     assert results["extra_data"]["environment"]["isolation"].startswith("bubblewrap sandbox")
     assert (tmp_path / "results.json").stat().st_size < MAX_RESULTS_BYTES
+    assert case.within_s is None or results["execution_time"] < case.within_s
+    assert len(errors) < 64 << 10  # the grader's own warnings carry no megabytes of the submission's text
     assert outside["canary"].read_text() == "untouched"
     assert {path: _owner_and_mode(path) for path in watched} == before
     assert "root:" not in text  # /etc/shadow's first line
@@ -83,7 +85,7 @@ def test_hostile_submission_is_graded_and_contained(case: Case, outside: dict, t
     _assert_shown_escaped(console, summary.read_text(encoding="utf-8"))
     assert '"score": 999' not in text and '"score": 100' not in text
     assert procs.pids_with_env_name(TOKEN_VARIABLE) == []
-    assert procs.pids_of_uids(UID_POOL) == []
+    assert {pid: procs.cmdline(pid) for pid in procs.pids_of_uids(UID_POOL)} == {}
 
 
 def _assert_shown_escaped(console: str, summary: str) -> None:

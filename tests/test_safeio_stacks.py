@@ -67,3 +67,11 @@ def test_json_nested_deeper_than_the_parser_goes_is_a_damaged_line(tmp_path: Pat
     path.write_text('{"kind": "a"}\n{"x": ' + "[" * 100_000 + "\n")
     events, lost = read_json_lines(path, 1 << 20)
     assert [e["kind"] for e in events] == ["a"] and lost
+
+
+def test_reading_stops_at_the_event_cap(tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    path.write_text("{}\n" * 1000)
+    events, lost = read_json_lines(path, 1 << 20, max_events=10)
+    assert len(events) == 10 and lost
+    assert read_json_lines(path, 1 << 20) == ([{}] * 1000, False)

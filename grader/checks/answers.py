@@ -3,6 +3,7 @@ itself (a split table) or check for consistency (a timing table against the stud
 speedup). Free-text answers are never scored: the pipeline collects them for people."""
 from __future__ import annotations
 
+import math
 from types import MappingProxyType
 from typing import Any
 
@@ -17,9 +18,14 @@ def _problem(answers: Answers | None) -> str | None:
 
 
 def _number(value: Any) -> float | None:
+    """A finite number, or None (text, booleans, NaN, infinities, integers beyond a float)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def split_table(ctx: CheckContext) -> Verdict:

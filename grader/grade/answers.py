@@ -17,6 +17,7 @@ MAX_ANSWER_BYTES = 256 << 10
 MAX_DEPTH = 20
 MAX_NODES = 10_000
 MAX_MANUAL_CHARS = 4000
+MAX_NUMBER_CHARS = 40  # an integer written longer stays text (YAML's 0x… escapes Python's digit limit)
 
 
 class _Refused(yaml.YAMLError):
@@ -50,6 +51,17 @@ class _AnswersLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
+
+
+def _bounded_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | str:
+    """An integer as YAML reads it, unless it is written with more than MAX_NUMBER_CHARS
+    characters: then its text (no answer needs such a number, and Python cannot print one
+    of 5000 hex digits)."""
+    text = loader.construct_scalar(node)
+    return text if len(text) > MAX_NUMBER_CHARS else yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
+_AnswersLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
 
 
 def _parsed(text: str) -> Any:

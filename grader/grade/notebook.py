@@ -11,6 +11,7 @@ Each such change is reported in a note so the feedback can mention it.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     if longer:
         raise NotebookError(f"{path.name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB (clear the outputs and submit again)")
     try:
-        return nbformat.reads(data.decode("utf-8", errors="replace"), as_version=4)
+        with warnings.catch_warnings():  # nbformat warns on stderr with the student's text (a 1 MiB cell id, say)
+            warnings.simplefilter("ignore")
+            return nbformat.reads(data.decode("utf-8", errors="replace"), as_version=4)
     except Exception as exc:  # noqa: BLE001 - nbformat raises many kinds for broken files
         raise NotebookError(f"{path.name} is not a valid notebook: {str(exc).splitlines()[0][:200]}") from None
 

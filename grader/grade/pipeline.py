@@ -3,8 +3,9 @@
 1. select the checks (public ones for a self-check); defer those that need more real GPUs
    than this machine has, and plan the runs the others need (the spec's, or the overrides);
 2. choose the arguments, the seed among them, afresh for every grading;
-3. prepare the submission when the practical needs it (its module's `prepare`, e.g. taking a
-   notebook's graded cells and a driver that runs them), and read its answers file;
+3. take the submission once, into the grader's own folder (`take`: what is graded cannot
+   change under the grader), prepare it when the practical needs it (its module's `prepare`,
+   e.g. taking a notebook's graded cells and a driver that runs them), read its answers file;
 4. start the runner and, while it warms up, compute the practical's reference;
 5. run each launch within the grading's time budget; a run that a speed check times is
    launched k times (the spec's `timing.repeats`), each launch after one of the reference
@@ -17,9 +18,9 @@ a report whose `error` says so.
 """
 from __future__ import annotations
 
+import os
 import platform
 import secrets
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -36,6 +37,7 @@ from grader.grade.answers import load_answers, manual_texts
 from grader.grade.prepared import Prepared
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.run.job import JobResult, JobRunner, JobSpec, Layout
+from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
 from grader.spec import Assignment, CheckSpec, RunDef
 
 MIN_RUN_S = 1.0  # a run is skipped rather than started with less time than this
@@ -143,6 +145,27 @@ def deferred_checks(practical: Practical, checks: tuple[CheckSpec, ...], gpus: i
         elif definition.timed and timing:
             reasons[check.id] = timing
     return reasons
+
+
+def take(submission: Path, into: Path) -> tuple[Path, Prepared]:
+    """The submission copied once, at the start, into the grader's own folder `into`: every
+    later read and every job's copy come from it, so a student who can change the folder
+    being graded (swap it for a link to the solutions, edit it between two runs) changes
+    nothing. Returns the copy and what the copy left out (notes), or why it cannot be taken
+    (problem: the folder is then empty)."""
+    try:
+        handle = open_folder(submission)
+    except OSError as exc:
+        into.mkdir()
+        return into, Prepared(problem=f"the submission folder cannot be opened: {exc.strerror or exc}")
+    try:
+        return into, Prepared(notes=copy_tree(handle, into))
+    except (TreeRefused, OSError) as exc:
+        remove_tree(into)
+        into.mkdir()
+        return into, Prepared(problem=str(exc) if isinstance(exc, TreeRefused) else f"the submission cannot be taken: {exc}")
+    finally:
+        os.close(handle)
 
 
 def _missing_scripts(runs: tuple[RunDef, ...], assignment: Assignment, submission: Path) -> str | None:
@@ -260,11 +283,15 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         graded = tuple(c for c in checks if c.id not in deferred)
         runs = plan_runs(assignment, graded, options)
         timed = timed_runs(practical, graded, runs)
+        submission, taken = take(submission, staging / "taken")
         answers = load_answers(submission, assignment.answers) if assignment.answers else None
-        folder, prepared = submission, Prepared(problem=_missing_scripts(tuple(r for r in runs if not r.solution), assignment, submission))
+        folder, prepared = submission, Prepared(problem=taken.problem or _missing_scripts(tuple(r for r in runs if not r.solution), assignment, submission))
         prepare = getattr(practical.module, "prepare", None)
         if prepare is not None and prepared.problem is None:
-            folder, prepared = staging, prepare(submission, staging, assignment)
+            folder = staging / "prepared"
+            folder.mkdir()
+            prepared = prepare(submission, folder, assignment)
+        prepared = replace(prepared, notes=taken.notes + prepared.notes)
         judged = _runs_of(practical, graded, lambda definition: not definition.timed)
         checked = tuple(r for r in runs if not r.solution and (r.name in judged or options.world_size is not None))
         references = practical.module.references(args, checked)  # the expected values; speed-only runs need none
@@ -297,7 +324,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         return GradingReport.failure(assignment.id, f"{type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started, environment=env)
     finally:
         runner.close()
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
     return Execution(checks, args, runs, results, references, env, timings, deferred, answers, prepared, started)
 
 

@@ -55,7 +55,7 @@ def execute_folder(practical: Practical, folder: Path, options: GradeOptions, *,
     work = sandbox.new_root(f"grader-{practical.id}-") if sandbox else Path(tempfile.mkdtemp(prefix=f"grader-{practical.id}-"))
     try:
         runner = LocalRunner(work, LocalRunnerOptions(keep_files=keep_work, cgroups=contain), sandbox=sandbox, gpus=open_nvml())
-        execution = execute(practical, folder.resolve(), runner, options)
+        execution = execute(practical, folder.absolute(), runner, options)  # not resolved: a link another user planted is refused when taken
     finally:
         if sandbox is not None:
             sandbox.release()

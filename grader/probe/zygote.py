@@ -31,6 +31,8 @@ import time
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
+KEYCTL_JOIN_SESSION_KEYRING = 1
+KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219}  # keyctl(2), which glibc does not wrap
 
 
 def _say(message: dict) -> None:
@@ -47,6 +49,19 @@ def _status(raw: int) -> str:
 def _prctl(option: int, value: int) -> bool:
     try:
         return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def leave_session_keyring() -> bool:
+    """Join a new, empty session keyring: the grader's own (a systemd service or a PAM login
+    gives it one) would otherwise be in reach of every rank, whatever its uid, as a keyring
+    it possesses. False where this machine's keyctl number is not known."""
+    number = KEYCTL_SYSCALL.get(os.uname().machine)
+    if number is None:
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) >= 0
     except (OSError, AttributeError):
         return False
 
@@ -124,6 +139,7 @@ def _lead(job: dict, gate: int | None) -> None:
 
 def main(argv: list[str]) -> int:
     """Warm up, then serve job requests from stdin until it closes."""
+    leave_session_keyring()
     for name in argv:
         importlib.import_module(name)
     become_subreaper()

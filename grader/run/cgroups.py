@@ -338,6 +338,10 @@ class Cgroups(ABC):
         self.parents = parents
         self.caps = caps
         self._jobs: dict[str, JobGroup] = {}
+        # The parent holds the same caps: what a job leaves charged when its group goes (tmpfs
+        # pages, SysV shared memory of the sandbox's IPC namespace) moves to the parent and
+        # counts against every later job, so a grading as a whole stays within one job's caps.
+        self._job_group(parents).limit(caps)
 
     @abstractmethod
     def _job_group(self, dirs: dict[str, Path]) -> JobGroup:

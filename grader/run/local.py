@@ -42,6 +42,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.probe.zygote import children_of
 from grader.run import procs
 from grader.run.cgroups import Caps, Cgroups, JobGroup, Usage, open_cgroups
 from grader.run.job import JobResult, JobSpec, RankResult
@@ -206,11 +207,16 @@ class _Domain:
         return info.f_bavail * info.f_frsize < DISK_FULL_BYTES or info.f_favail < 16
 
     def clear(self, job_dir: Path) -> None:
-        """Remove what a job left: its folder, and everything in the sandbox's /tmp and /dev/shm."""
+        """Remove what a job left: its folder, everything in the sandbox's /tmp and /dev/shm,
+        and the SysV shared memory, semaphores and message queues of the sandbox's IPC
+        namespace (it lives as long as the launcher, and a segment outlives its creator)."""
         if not self.options.keep_files:
             remove_tree(job_dir)
         for scratch in SCRATCH:
             empty_folder(self.root / scratch)
+        inside = children_of(self.zygote.proc.pid) if self.sandbox is not None and self.zygote is not None and self.zygote.alive() else []
+        if inside:  # bwrap's first child is in the sandbox's namespaces
+            subprocess.run(["nsenter", f"--target={inside[0]}", "--ipc", "--", "ipcrm", "--all"], capture_output=True, timeout=30)
 
     def close(self) -> None:
         self.stop()

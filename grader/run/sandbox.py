@@ -178,6 +178,7 @@ class Sandbox:
             wrapped += ["--ro-bind", path, path]
         wrapped += ["--bind", str(root), str(root), "--ro-bind", str(root / "lib"), str(root / "lib")]
         wrapped += ["--proc", "/proc", "--dev", "/dev", "--bind", str(root / "tmp"), "/tmp", "--bind", str(root / "shm"), "/dev/shm"]
+        wrapped += ["--remount-ro", "/dev"]  # bwrap's /dev is a tmpfs of the sandbox's user, without a cap: only /dev/shm stays writable
         for device in self.devices:
             wrapped += ["--dev-bind", device, device]
         wrapped += ["--remount-ro", "/", "--chdir", str(root), "--", *argv]

@@ -17,6 +17,7 @@ descriptors too, at any depth, and never follows links).
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -102,14 +103,64 @@ def _enter(name: str, level: _Level, limits: TreeLimits) -> _Level:
     return _Level(source, target, sorted(os.listdir(source), reverse=True), f"{level.relative}{name}/", level.depth + 1)
 
 
-def copy_tree(source: Path, target: Path, owner: int | None = None, limits: TreeLimits = TreeLimits()) -> tuple[str, ...]:
-    """Copy the folder `source` to the new folder `target` (its parent must belong to the
-    grader), folders, regular files and symbolic links (as links); with `owner`, everything
-    made is handed to that uid, each folder once it is complete. Returns notes on what was
-    left out; raises TreeRefused past `limits` (and OSError when `source` cannot be read)."""
+def open_folder(path: Path, max_links: int = 40) -> int:
+    """A descriptor of the folder `path`, reached one component at a time from / (or from the
+    current folder, for a relative path) without trusting any link another user could have
+    planted: a symbolic link is followed only when it belongs to root or to the grader itself
+    (a student's link to the solutions, to /root or to another student's folder is refused),
+    and the link that was checked is the one read (opened with O_PATH, its target read from
+    that descriptor), so swapping it afterwards changes nothing. Raises OSError."""
+    text = str(path)
+    pending = [part for part in text.split("/") if part not in ("", ".")]
+    current = os.open("/" if text.startswith("/") else ".", _DIRECTORY)
+    links = 0
+    try:
+        while pending:
+            part = pending.pop(0)
+            try:
+                following = os.open(part, _DIRECTORY, dir_fd=current)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                target, links = _trusted_link(current, part, links, max_links), links + 1
+                pending = [piece for piece in target.split("/") if piece not in ("", ".")] + pending
+                if target.startswith("/"):
+                    following = os.open("/", _DIRECTORY)
+                else:
+                    continue
+            os.close(current)
+            current = following
+    except OSError:
+        os.close(current)
+        raise
+    return current
+
+
+def _trusted_link(folder: int, name: str, links: int, max_links: int) -> str:
+    """The target of the link `name` in `folder`, if it may be followed (see open_folder)."""
+    handle = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=folder)
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISLNK(info.st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, f"{name} is not a folder")
+        if info.st_uid not in (0, os.geteuid()):
+            raise PermissionError(errno.EPERM, f"{name} is a symbolic link of another user (uid {info.st_uid}); grade the folder it names instead")
+        if links >= max_links:
+            raise OSError(errno.ELOOP, "too many symbolic links")
+        return os.readlink("", dir_fd=handle)
+    finally:
+        os.close(handle)
+
+
+def copy_tree(source: Path | int, target: Path, owner: int | None = None, limits: TreeLimits = TreeLimits()) -> tuple[str, ...]:
+    """Copy the folder `source` (a path, or a descriptor from `open_folder`, which stays open)
+    to the new folder `target` (its parent must belong to the grader): folders, regular files
+    and symbolic links (as links); with `owner`, everything made is handed to that uid, each
+    folder once it is complete. Returns notes on what was left out; raises TreeRefused past
+    `limits` (and OSError when `source` cannot be read)."""
     notes: list[str] = []
     budget, entries = [limits.max_bytes], 0
-    top = os.open(source, os.O_RDONLY | os.O_DIRECTORY)
+    top = os.dup(source) if isinstance(source, int) else os.open(source, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.mkdir(target, 0o755)
         stack = [_Level(top, os.open(target, _DIRECTORY), sorted(os.listdir(top), reverse=True), "", 0)]

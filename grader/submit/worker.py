@@ -20,7 +20,7 @@ from grader.grade.pipeline import GradeOptions
 from grader.grade.session import grade_folder, with_course
 from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport
-from grader.run.tree import TreeRefused, copy_tree, remove_tree
+from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
 from grader.store import ResultsStore
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
@@ -41,7 +41,11 @@ def materialise(submission: Submission, into: Path) -> Path:
     source = submission.source
     if source["kind"] == "folder":
         try:
-            copy_tree(Path(source["path"]), folder)  # links stay links; hard links and FIFOs are left out
+            handle = open_folder(Path(source["path"]))  # the inbox entry may not have become another user's link
+            try:
+                copy_tree(handle, folder)  # links stay links; hard links and FIFOs are left out
+            finally:
+                os.close(handle)
         except (OSError, TreeRefused) as exc:
             raise MaterialiseError(f"the submitted folder cannot be taken: {exc}") from None
         return folder
