@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -39,13 +38,12 @@ from grader.assign.scaffold import ScaffoldError, new_practical
 from grader.assign.release import differences, release_practical, write
 from grader.course import Course, CourseError, Practical, find_course_root, load_course, load_practical
 from grader.collect import collect, parse_time, write_answers, write_grades
-from grader.grade import calibration
 from grader.grade.pipeline import GradeOptions
 from grader.results.escape import terminal_line
-from grader.results.gradescope import read_scores, write_results
+from grader.results.gradescope import read_document, read_scores, write_results
 from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
-from grader.grade.session import grade_folder, with_course
+from grader.grade.session import CalibrationError, calibrate, grade_folder
 from grader.observe.run import observe_command
 from grader.run.tree import TreeRefused, copy_tree, remove_tree
 from grader.run.virtual_env import virtual_gpu_environment
@@ -238,8 +236,7 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
         course = _course(args)
         practical = load_practical(course, args.practical)
         folder = args.submission if not public_only else (args.dir or course.template_dir(args.practical))
-        options = with_course(_options(args, public_only), course, args.practical)
-        report = _grade_folder(practical, folder, options, args.keep_work, official=getattr(args, "official", False), contain=not args.no_sandbox)
+        report = _grade_folder(practical, folder, _options(args, public_only), args.keep_work, official=getattr(args, "official", False), contain=not args.no_sandbox)
     except (CourseError, SpecError) as exc:
         report = GradingReport.failure(args.practical, str(exc), execution_time_s=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - the results file must exist even then
@@ -265,7 +262,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     failed = []
     for practical_id in args.practicals or course.practicals:
         practical = load_practical(course, practical_id)
-        report = _grade_folder(practical, course.solution_dir(practical_id), with_course(GradeOptions(), course, practical_id), keep_work=False)
+        report = _grade_folder(practical, course.solution_dir(practical_id), GradeOptions(), keep_work=False)
         results = args.results_dir / f"{practical_id}.json" if args.results_dir else None
         _emit(report, results, None)
         full = not report.error and all(c.status in (Status.PASSED, Status.DEFERRED) for c in report.checks)
@@ -330,8 +327,8 @@ def cmd_new(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     course = _course(args)
     try:
-        key, measured, path = calibration.calibrate(course, load_practical(course, args.practical), args.repeat)
-    except calibration.CalibrationError as exc:
+        key, measured, path = calibrate(course, load_practical(course, args.practical), args.repeat)
+    except CalibrationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"{args.practical} on {key}:")
@@ -404,10 +401,6 @@ def _folder_digest(folder: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def load_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def cmd_submit(args: argparse.Namespace) -> int:
     course = _course(args)
     practical = load_practical(course, args.practical)
@@ -451,7 +444,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print("error: no result in time; the submission stays queued", file=sys.stderr)
         return 1
     path = store.path_for(submission.student, submission.practical, submission.commit)
-    scores = read_scores(load_json(path))
+    scores = read_scores(read_document(path) or {})
     _say(f"graded: {scores.total:g} points; {', '.join(f'{c} {s:g}' for c, s in scores.checks.items())}")
     print(f"results: {path}")
     return 0
@@ -500,8 +493,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     rows = [e for e in store.entries() if args.student in (None, e.student)]
     for entry in rows:
         scores = read_scores(entry.document)
-        maximum = entry.document.get("extra_data", {}).get("max_score", "?")
-        maximum = f"{maximum:g}" if isinstance(maximum, (int, float)) else str(maximum)
+        maximum = "?" if scores.max_score is None else f"{scores.max_score:g}"
         graded_at = entry.provenance.get("graded_at", "?")
         _say(f"{entry.student:<16} {entry.practical:<5} {entry.commit[:10]:<10} {scores.total:>6g}/{maximum:<6} graded {graded_at}")
     for submission in Queue(store).pending():

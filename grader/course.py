@@ -51,6 +51,7 @@ class Practical:
 
     assignment: Assignment
     module: ModuleType
+    course: "Course | None" = None  # where it was loaded from (its reference solutions, its baselines)
 
     @property
     def id(self) -> str:
@@ -124,4 +125,4 @@ def load_practical(course: Course, practical: str) -> Practical:
     for name in ("CHECKS", "references"):
         if not hasattr(module, name):
             raise CourseError(f"practical {practical}: grader/practicals/{practical}.py defines no {name}")
-    return Practical(assignment=load_assignment(course.spec_path(practical), module.CHECKS), module=module)
+    return Practical(assignment=load_assignment(course.spec_path(practical), module.CHECKS), module=module, course=course)

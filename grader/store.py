@@ -16,13 +16,13 @@ whole file or none.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from grader.files import write_atomically
+from grader.results.gradescope import document_text, provenance_of, read_document, with_provenance
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
 RESERVED = frozenset({"queue", "inbox", "logs"})  # the store's own folders, never a student
@@ -50,7 +50,7 @@ class Entry:
 
     @property
     def provenance(self) -> dict:
-        return self.document.get("extra_data", {}).get("provenance", {})
+        return provenance_of(self.document)
 
 
 class ResultsStore:
@@ -70,8 +70,8 @@ class ResultsStore:
     def save(self, document: dict, provenance: dict[str, Any]) -> Path:
         """Store a results document under its provenance (student, practical, commit)."""
         path = self.path_for(provenance["student"], provenance["practical"], provenance["commit"])
-        document = {**document, "extra_data": {**document.get("extra_data", {}), "provenance": provenance}}
-        write_atomically(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        document = with_provenance(document, provenance)
+        write_atomically(path, document_text(document))
         return path
 
     def entries(self) -> Iterator[Entry]:
@@ -80,8 +80,7 @@ class ResultsStore:
             student, practical = path.parent.parent.name, path.parent.name
             if student in RESERVED:
                 continue
-            try:
-                document = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+            document = read_document(path)
+            if document is None:
                 continue
             yield Entry(student=student, practical=practical, commit=path.stem, document=document)

@@ -1,5 +1,6 @@
-"""Baselines measured by `python -m grader calibrate PRACTICAL`: the reference solution's step
-times on a given machine, which speed checks compare submissions with.
+"""Baselines measured by `python -m grader calibrate PRACTICAL` (grader.grade.session.calibrate):
+the reference solution's step times on a given machine, which speed checks compare
+submissions with. This module only reads and writes them.
 
 They live in calibration/<practical>.yaml of the course, one entry per machine:
 
@@ -17,11 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from grader.checks import timing
-from grader.course import Course, Practical
+from grader.course import Course
 from grader.files import write_atomically
-from grader.grade.pipeline import GradeOptions
-from grader.results.model import GradingReport
 
 FOLDER = "calibration"
 
@@ -53,30 +51,3 @@ def record(course: Course, practical: str, key: str, runs: dict, torch_version: 
     text += yaml.safe_dump({"machines": machines}, sort_keys=True, allow_unicode=True)
     write_atomically(path, text)
     return path
-
-
-class CalibrationError(Exception):
-    """The reference solution could not be measured."""
-
-
-def calibrate(course: Course, practical: Practical, repeat: int) -> tuple[str, dict, Path]:
-    """Grade the reference solution `repeat` times here; record each run's fastest median step
-    time. Returns the machine key, the measurements and the file they went to."""
-    from grader.grade.session import execute_folder, with_course
-
-    best: dict[str, dict] = {}
-    environment: dict = {}
-    warmup = practical.assignment.timing.warmup_steps
-    for _ in range(repeat):
-        execution = execute_folder(practical, course.solution_dir(practical.id), with_course(GradeOptions(), course, practical.id)).execution
-        if isinstance(execution, GradingReport):
-            raise CalibrationError(execution.error or "the reference solution could not be run")
-        environment = execution.environment
-        launches = {name: (run,) for name, run in execution.results.items()}
-        launches.update({name: timed.own for name, timed in execution.timings.items()})
-        for name, runs in launches.items():
-            measured = min((m for m in (timing.summary(run, warmup) for run in runs) if m), key=lambda m: m["median_step_s"], default=None)
-            if measured and (name not in best or measured["median_step_s"] < best[name]["median_step_s"]):
-                best[name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in measured.items()}
-    key = environment["machine"]  # pipeline.environment(): the key speed checks look baselines up under
-    return key, best, record(course, practical.id, key, best, environment.get("torch", ""))

@@ -23,7 +23,7 @@ import platform
 import secrets
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -56,6 +56,29 @@ class GradeOptions:
     solutions: Path | None = None  # the reference solutions (solutions/<id>/): speed checks compare with them
     calibration: Mapping[str, Any] | None = None  # every machine's baselines of the practical (calibration.load)
     timing: bool = True  # False: speed checks are deferred (no timed launches)
+
+
+@dataclass(frozen=True)
+class TimeLimits:
+    """How long a grading may take, resolved in one place (`time_limits`)."""
+
+    run_s: float  # one launch of the script
+    total_s: float  # the whole grading, wall clock from its start
+
+    @property
+    def cpu_s(self) -> int:
+        """CPU seconds one process of the submission may use: the whole budget and a minute."""
+        return int(self.total_s + 60)
+
+    @property
+    def job_minutes(self) -> int:
+        """A grading job's limit on a cluster: the budget and 5 minutes to start and store it."""
+        return int(self.total_s // 60 + 5)
+
+
+def time_limits(assignment: Assignment, options: GradeOptions = GradeOptions()) -> TimeLimits:
+    """The spec's time limits, or the options' where they give one."""
+    return TimeLimits(run_s=options.run_timeout_s or assignment.run_timeout_s, total_s=options.total_timeout_s or assignment.total_timeout_s)
 
 
 def merged_args(args: Mapping[str, Any], run: RunDef) -> dict[str, Any]:
@@ -250,30 +273,32 @@ def _judge_all(practical: Practical, checks: tuple[CheckSpec, ...], deferred: Ma
 
 @dataclass
 class Execution:
-    """Everything a grading ran and observed, before any check judged it."""
+    """Everything a grading ran and observed, before any check judged it; or, with `error`, why
+    the grader itself could not run it (the one thing `execute` returns either way)."""
 
-    checks: tuple[CheckSpec, ...]
-    args: dict
-    runs: tuple[RunDef, ...]
-    results: dict[str, JobResult]
-    references: Any
-    environment: dict
-    timings: dict[str, TimedRuns]
-    deferred: dict[str, str]
-    answers: Answers | None
-    prepared: Prepared
     started: float
+    environment: dict = field(default_factory=dict)
+    error: str | None = None  # the grader's own failure: judged as an autograder error
+    checks: tuple[CheckSpec, ...] = ()
+    args: dict = field(default_factory=dict)
+    runs: tuple[RunDef, ...] = ()
+    results: dict[str, JobResult] = field(default_factory=dict)
+    references: Any = None
+    timings: dict[str, TimedRuns] = field(default_factory=dict)
+    deferred: dict[str, str] = field(default_factory=dict)
+    answers: Answers | None = None
+    prepared: Prepared = field(default_factory=Prepared)
 
 
-def execute(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions()) -> Execution | GradingReport:
+def execute(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions()) -> Execution:
     """Steps 1 to 5 of the module docstring: the runs and their observations (or, when the
-    grader itself fails, the report that says so)."""
+    grader itself fails, an Execution whose `error` says so)."""
     started = time.monotonic()
     assignment = practical.assignment
     checks = tuple(c for c in assignment.checks if c.public or not options.public_only)
     args = choose_args(assignment, options.seed)
-    run_timeout = options.run_timeout_s or assignment.run_timeout_s
-    budget = options.total_timeout_s or assignment.total_timeout_s
+    limits = time_limits(assignment, options)
+    run_timeout, budget = limits.run_s, limits.total_s
     env: dict = {}
     staging = Path(tempfile.mkdtemp(prefix="grader-prepared-"))
     try:
@@ -321,15 +346,25 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         referenced = reference_launched(practical, graded, runs)
         results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, job_for, runner, started + budget, budget, prepared.problem)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
-        return GradingReport.failure(assignment.id, f"{type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started, environment=env)
+        return Execution(started, env, error=f"{type(exc).__name__}: {exc}")
     finally:
         runner.close()
         remove_tree(staging)
-    return Execution(checks, args, runs, results, references, env, timings, deferred, answers, prepared, started)
+    return Execution(started, env, None, checks, args, runs, results, references, timings, deferred, answers, prepared)
 
 
 def judge(practical: Practical, execution: Execution, options: GradeOptions = GradeOptions()) -> GradingReport:
-    """Step 6: every check on its runs, and the report."""
+    """Step 6: every check on its runs, and the report (an autograder error's report when the
+    execution failed, or when building the report itself fails)."""
+    if execution.error is None:
+        try:
+            return _report(practical, execution, options)
+        except Exception as exc:  # noqa: BLE001 - e.g. an answer no renderer foresaw: the results are written anyway
+            execution = replace(execution, error=f"{type(exc).__name__}: {exc}")
+    return GradingReport.failure(practical.assignment.id, execution.error or "", execution_time_s=time.monotonic() - execution.started, environment=execution.environment)
+
+
+def _report(practical: Practical, execution: Execution, options: GradeOptions) -> GradingReport:
     base = CheckContext(
         runs=(),
         options={},
@@ -358,5 +393,4 @@ def judge(practical: Practical, execution: Execution, options: GradeOptions = Gr
 
 def grade(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions()) -> GradingReport:
     """Grade `submission` (a folder) for `practical` with `runner`; see the module docstring."""
-    execution = execute(practical, submission, runner, options)
-    return execution if isinstance(execution, GradingReport) else judge(practical, execution, options)
+    return judge(practical, execute(practical, submission, runner, options), options)

@@ -1,14 +1,21 @@
 """Grading a folder on this machine: the sandbox when there is one (required when official),
-a fresh working folder, the local runner, the pipeline."""
+a fresh working folder, the local runner, the pipeline; and calibrating a practical (grading
+its reference solution here to record baselines).
+
+What the course holds for speed checks — its reference solutions (absent from the students'
+repository) and the practical's calibrated baselines — is added here, from the practical's
+course, so no caller can forget it.
+"""
 from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from grader.checks import timing
 from grader.course import Course, Practical
 from grader.grade import calibration
-from grader.grade.pipeline import Execution, GradeOptions, execute, judge
+from grader.grade.pipeline import Execution, GradeOptions, execute, judge, time_limits
 from grader.results.model import GradingReport
 from grader.run.local import LocalRunner, LocalRunnerOptions
 from grader.run.sandbox import Limits, open_sandbox
@@ -18,7 +25,8 @@ from grader.run.tree import remove_tree
 
 @dataclass(frozen=True)
 class Executed:
-    execution: Execution | GradingReport  # a report when the grader could not run it
+    execution: Execution  # its `error` says when the grader could not run it
+    options: GradeOptions  # as completed from the course
     warning: str | None = None  # for the person watching (e.g. no sandbox)
     kept: Path | None = None  # the working folder, when asked to keep it
 
@@ -30,26 +38,33 @@ class Graded:
     kept: Path | None = None
 
 
-def with_course(options: GradeOptions, course: Course, practical: str) -> GradeOptions:
-    """`options` plus what the course holds for speed checks: its reference solutions (absent
-    from the students' repository) and the practical's calibrated baselines."""
+def course_options(options: GradeOptions, practical: Practical) -> GradeOptions:
+    """`options` with what the practical's course holds for speed checks, where the options do
+    not give it already."""
+    course = practical.course
+    if course is None:
+        return options
     solutions = course.root / "solutions"
-    return replace(options, solutions=solutions if solutions.is_dir() else None, calibration=calibration.load(course, practical))
+    return replace(
+        options,
+        solutions=options.solutions or (solutions if solutions.is_dir() else None),
+        calibration=options.calibration if options.calibration is not None else calibration.load(course, practical.id),
+    )
 
 
 def execute_folder(practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False, contain: bool = True) -> Executed:
     """Run `folder`'s code for `practical`; official runs (or a spec saying `sandbox:
     required`) refuse to go without the sandbox. `contain=False` asks for none (the sandbox,
     the per-job cgroups): the code runs with the grader's rights, as on a laptop."""
+    options = course_options(options, practical)
     if not folder.is_dir():
-        return Executed(GradingReport.failure(practical.id, f"the submission folder {folder} does not exist"))
+        return Executed(Execution(0.0, error=f"the submission folder {folder} does not exist"), options)
     official = official or practical.assignment.sandbox == "required"
-    limits = Limits(cpu_s=int((options.total_timeout_s or practical.assignment.total_timeout_s) + 60))
-    sandbox = open_sandbox(limits) if contain else "switched off (--no-sandbox)"
+    sandbox = open_sandbox(Limits(cpu_s=time_limits(practical.assignment, options).cpu_s)) if contain else "switched off (--no-sandbox)"
     warning = None
     if isinstance(sandbox, str):
         if official:
-            return Executed(GradingReport.failure(practical.id, f"official grading runs student code only in the sandbox, and there is none here: {sandbox}"))
+            return Executed(Execution(0.0, error=f"official grading runs student code only in the sandbox, and there is none here: {sandbox}"), options)
         warning = f"no sandbox ({sandbox}); the code runs with your own rights — fine for a self-check, refused by official grading"
         sandbox = None
     work = sandbox.new_root(f"grader-{practical.id}-") if sandbox else Path(tempfile.mkdtemp(prefix=f"grader-{practical.id}-"))
@@ -61,12 +76,36 @@ def execute_folder(practical: Practical, folder: Path, options: GradeOptions, *,
             sandbox.release()
         if not keep_work:
             remove_tree(work)
-    return Executed(execution, warning, work if keep_work else None)
+    return Executed(execution, options, warning, work if keep_work else None)
 
 
 def grade_folder(practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False, contain: bool = True) -> Graded:
     """Grade `folder` (see execute_folder)."""
     executed = execute_folder(practical, folder, options, official=official, keep_work=keep_work, contain=contain)
-    execution = executed.execution
-    report = execution if isinstance(execution, GradingReport) else judge(practical, execution, options)
-    return Graded(report, executed.warning, executed.kept)
+    return Graded(judge(practical, executed.execution, executed.options), executed.warning, executed.kept)
+
+
+class CalibrationError(Exception):
+    """The reference solution could not be measured."""
+
+
+def calibrate(course: Course, practical: Practical, repeat: int) -> tuple[str, dict, Path]:
+    """Grade the reference solution `repeat` times here; record each run's fastest median step
+    time (grader.grade.calibration). Returns the machine key, the measurements and the file
+    they went to."""
+    best: dict[str, dict] = {}
+    environment: dict = {}
+    warmup = practical.assignment.timing.warmup_steps
+    for _ in range(repeat):
+        execution = execute_folder(practical, course.solution_dir(practical.id), GradeOptions()).execution
+        if execution.error is not None:
+            raise CalibrationError(execution.error)
+        environment = execution.environment
+        launches = {name: (run,) for name, run in execution.results.items()}
+        launches.update({name: timed.own for name, timed in execution.timings.items()})
+        for name, runs in launches.items():
+            measured = min((m for m in (timing.summary(run, warmup) for run in runs) if m), key=lambda m: m["median_step_s"], default=None)
+            if measured and (name not in best or measured["median_step_s"] < best[name]["median_step_s"]):
+                best[name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in measured.items()}
+    key = environment["machine"]  # pipeline.environment(): the key speed checks look baselines up under
+    return key, best, calibration.record(course, practical.id, key, best, environment.get("torch", ""))

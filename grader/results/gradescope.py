@@ -111,6 +111,7 @@ class Scores:
     total: float
     checks: dict[str, float]  # check id -> score (deferred checks left out)
     answers: dict[str, str]  # free-text answers for manual grading
+    max_score: float | None = None  # None in a document that does not say
 
 
 def read_scores(document: dict[str, Any]) -> Scores:
@@ -121,9 +122,40 @@ def read_scores(document: dict[str, Any]) -> Scores:
         if tags and tags[0] != "autograder-error" and "deferred_points" not in test.get("extra_data", {}):
             checks[tags[0]] = float(test.get("score", 0))
     extra = document.get("extra_data", {})
-    return Scores(total=float(document.get("score", 0)), checks=checks, answers=dict(extra.get("manual_answers") or {}))
+    maximum = extra.get("max_score")
+    return Scores(
+        total=float(document.get("score", 0)),
+        checks=checks,
+        answers=dict(extra.get("manual_answers") or {}),
+        max_score=float(maximum) if isinstance(maximum, (int, float)) and not isinstance(maximum, bool) else None,
+    )
+
+
+def read_document(path: Path) -> dict[str, Any] | None:
+    """A stored results.json, or None when it cannot be read or is not a results document."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def with_provenance(document: dict[str, Any], provenance: dict[str, Any]) -> dict[str, Any]:
+    """`document` with where and how it was graded (student, commit, times, node…) in its extra data."""
+    return {**document, "extra_data": {**document.get("extra_data", {}), "provenance": provenance}}
+
+
+def provenance_of(document: dict[str, Any]) -> dict[str, Any]:
+    """What `with_provenance` put into a document ({} when nothing)."""
+    found = document.get("extra_data", {}).get("provenance", {})
+    return found if isinstance(found, dict) else {}
+
+
+def document_text(document: dict[str, Any]) -> str:
+    """A results document as the text of a results.json file (made safe to encode first)."""
+    return json.dumps(json_safe(document), indent=2, ensure_ascii=False) + "\n"
 
 
 def write_results(report: GradingReport, path: Path) -> None:
     """Write results.json atomically: a temporary file in the same folder, then a rename."""
-    write_atomically(Path(path), json.dumps(to_gradescope(report), indent=2, ensure_ascii=False) + "\n")
+    write_atomically(Path(path), document_text(to_gradescope(report)))

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from grader.course import Course, load_practical
+from grader.grade.pipeline import time_limits
 from grader.results.gradescope import to_gradescope
 from grader.results.model import CheckResult, GradingReport, Status
 from grader.store import ResultsStore
@@ -37,9 +38,8 @@ WAITING_FOR_SLOT = "queued behind a running grading (this machine grades one at 
 
 
 def job_minutes(course: Course, practical: str) -> int:
-    """A grading job's default time limit: the spec's whole grading budget and 5 minutes for
-    starting up and storing the result."""
-    return int(load_practical(course, practical).assignment.total_timeout_s // 60 + 5)
+    """A grading job's default time limit, in minutes (pipeline.TimeLimits.job_minutes)."""
+    return time_limits(load_practical(course, practical).assignment).job_minutes
 
 
 def _start(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from grader import __version__
 from grader.course import Course, load_practical
 from grader.grade.pipeline import GradeOptions
-from grader.grade.session import grade_folder, with_course
+from grader.grade.session import grade_folder
 from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport
 from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
@@ -128,7 +128,7 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     scratch = Path(tempfile.mkdtemp(prefix="grader-work-"))
     try:
         folder = materialise(submission, scratch)
-        options = with_course(GradeOptions(world_size=submission.options.get("world_size")), course, submission.practical)
+        options = GradeOptions(world_size=submission.options.get("world_size"))
         report = grade_folder(practical, folder, options, official=True).report
     except MaterialiseError as exc:
         report = GradingReport.failure(submission.practical, str(exc))
