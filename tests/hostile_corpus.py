@@ -215,7 +215,7 @@ CASES = (
     ),
     Case("forges_a_stack_naming_host_files", p6(FORGED_STACK, ""), 0, ("rank 0 waits at p6_ddp.py:10 in <module>: time.sleep(10**9)", "rank 1 waits at p6_ddp.py:10"), args=("--world-size", "2", "--timeout", "4")),
     Case("kills_its_process_group", p6("import os, signal\nos.killpg(0, signal.SIGKILL)\n", ""), 0, ("ended without an exit status (its launcher was killed)",)),
-    Case("kills_every_process_it_can", p6("import os, signal, time\nos.kill(-1, signal.SIGKILL)\ntime.sleep(5)\n", ""), 0, ("the grader's launcher of the ranks was killed while the script ran",)),
+    Case("kills_every_process_it_can", p6("import os, signal, time\nos.kill(-1, signal.SIGKILL)\ntime.sleep(5)\n", ""), 0, ("ended without an exit status (its launcher was killed)",)),
     Case("connects_outside", p6(NETWORK), 0, ("no network outside the sandbox",)),
     Case("fakes_the_all_reduce", p6(FAKE_SYNC, P6_UNWRAPPED), 9, ("gradients differ between rank 0 and rank 1", "all-reduce calls per step: [0, 0, 0]")),
     Case("replaces_allclose_and_equal", p6(FAKE_COMPARE, P6_UNWRAPPED), 9, ("gradients differ between rank 0 and rank 1",)),
@@ -325,13 +325,25 @@ if int(os.environ["RANK"]) == 0 and os.fork() == 0:  # a folder swapped for a li
     os._exit(0)
 """
 
+# The sandbox's pid 1 (bubblewrap's init) runs as the ranks' uid, is dumpable and sits outside
+# every job's cgroup: traced, it could be made to fork a process that outlives the job and its
+# caps. Any way in — tracing it or the launcher, reading or writing its memory — is refused.
 PTRACE = """import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
-for pid in (os.getppid(), 1):
-    if libc.ptrace(16, pid, 0, 0) == 0:  # PTRACE_ATTACH
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+refused = []
+for pid in (1, os.getppid()):
+    if libc.ptrace(16, pid, None, None) == 0:  # PTRACE_ATTACH
         break
+    refused.append(ctypes.get_errno())
+    try:
+        with open(f"/proc/{{pid}}/mem", "r+b") as memory:
+            break
+    except OSError as exc:
+        refused.append(exc.errno)
 else:
-    raise RuntimeError("could not trace the launcher: errno " + str(ctypes.get_errno()))
+    raise RuntimeError(f"could not trace the launcher or the sandbox's init: errno {{refused}}")
 """
 
 READ_HARD_LINK = """try:
@@ -406,6 +418,7 @@ time.sleep(5)
 """
 
 THREAD_BOMB = """import threading, time
+threading.stack_size(1 << 16)  # small stacks: the process cap, not the address space, is what stops it
 while True:
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 """
@@ -585,7 +598,14 @@ with open(os.path.join("..", "rank" + os.environ["RANK"], "observations.jsonl"),
 raise SystemExit(6)
 """
 
+LONG_NAMES_IN_TMP = """import os
+if int(os.environ["RANK"]) == 0:
+    for index in range(30_000):  # 6 MB of names: more than one command line holds, for whatever empties /tmp afterwards
+        open(f"/tmp/{{index:05d}}" + "n" * 200, "w").close()
+"""
+
 RED_TEAM_CASES = (
+    Case("thirty_thousand_long_names_in_tmp", p6(LONG_NAMES_IN_TMP), 18, ("passed",)),
     Case("sysv_shared_memory_outlives_its_job", p6(SYSV_SHM), 18, ("passed",), args=()),
     Case("writes_into_dev", p6(WRITE_DEV), 0, ("/dev stayed read-only: OSError",)),
     Case("floods_its_records_with_tiny_objects", p6(OBSERVATION_FLOOD, ""), 0, ("exited with status 6",), args=("--world-size", "4"), within_s=30),

@@ -73,7 +73,7 @@ def test_hostile_submission_is_graded_and_contained(case: Case, outside: dict, t
     text = json.dumps(results, ensure_ascii=False)
     assert results["score"] == pytest.approx(case.score), text[:3000]
     for fragment in case.fragments:
-        assert fragment in text, fragment
+        assert fragment in text, (fragment, [run["outcome"] for run in results["extra_data"]["runs"]])
     assert results["extra_data"]["environment"]["isolation"].startswith("bubblewrap sandbox")
     assert (tmp_path / "results.json").stat().st_size < MAX_RESULTS_BYTES
     assert case.within_s is None or results["execution_time"] < case.within_s

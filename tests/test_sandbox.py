@@ -231,3 +231,15 @@ def test_a_process_that_hid_from_its_job_ends_with_the_job(cgroups: bool, tmp_pa
     finally:
         sandbox.release()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_seccomp_program_refuses_tracing_and_keyrings_on_known_machines_only() -> None:
+    from grader.run import seccomp
+
+    assert seccomp.program("riscv64") is None
+    for machine in ("x86_64", "aarch64"):
+        rules = seccomp.program(machine)
+        calls = len(seccomp._REFUSED)
+        assert rules is not None and len(rules) == 8 * (3 + calls + (machine == "x86_64") + 2)  # load, check arch, load, [x32], calls, allow, refuse
+    command = Sandbox(bwrap="/usr/bin/bwrap", uid=1, drop=True, python="/p", read_only=(), devices=()).command(["/p"], Path("/tmp/g"), seccomp_fd=7)
+    assert "--seccomp 7" in " ".join(command) and "--as-pid-1" in command

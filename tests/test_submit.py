@@ -19,7 +19,7 @@ from grader.submit.backends import FakeBackend, JobState, SlurmBackend
 from grader.submit.dispatch import WAITING_FOR_SLOT, dispatch
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
 from grader.submit.worker import extract, work
-from helpers import ROOT, git
+from helpers import ROOT, git, needs, sandbox_problem
 
 COURSE = load_course(ROOT)
 COMMIT = "c0ffee1234"
@@ -155,6 +155,21 @@ def test_a_record_held_by_another_dispatcher_is_left_alone(store: ResultsStore, 
     assert dispatch(store, COURSE, backend) == {f"alice--p6--{COMMIT}": "started as job fake-1"}
 
 
+@pytest.mark.slow
+@needs("sandbox", sandbox_problem())
+def test_a_submission_too_large_to_take_is_graded_as_not_run_not_as_an_autograder_error(store: ResultsStore, tmp_path: Path) -> None:
+    folder = tmp_path / "inbox"
+    folder.mkdir()
+    (folder / "p6_ddp.py").write_text("pass\n")
+    with open(folder / "weights.bin", "wb") as handle:  # sparse: 60 MiB that cost no disk
+        handle.truncate(60 << 20)
+    Queue(store).add(folder_submission(folder))
+    assert work(store, COURSE, f"alice--p6--{COMMIT}").startswith("graded: 0/")
+    document = json.loads(store.path_for("alice", "p6", COMMIT).read_text())
+    assert document["extra_data"]["autograder_error"] is None
+    assert "not run: the submission holds more than 50 MiB" in document["output"]
+
+
 def test_a_worker_that_cannot_find_the_submission_retries_then_records_an_autograder_error(store: ResultsStore, tmp_path: Path) -> None:
     queue = Queue(store)
     queue.add(folder_submission(tmp_path / "gone"))
@@ -227,6 +242,48 @@ def test_extracting_a_students_archive_never_writes_outside_the_folder(tmp_path:
     assert (folder / "ok.py").read_text() == "print(1)"
     assert (folder / "out").is_symlink()
     assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "through_link.txt").exists()
+
+
+def _object(repo: Path, kind: str, data: bytes) -> str:
+    """Write a raw object (git checks nothing with --literally) and return its name."""
+    done = subprocess.run(["git", "--git-dir", str(repo), "hash-object", "--literally", "-w", "-t", kind, "--stdin"], input=data, capture_output=True, check=True)
+    return done.stdout.decode().strip()
+
+
+def _commit_of(repo: Path, p6_entries: list[tuple[str, str, str]]) -> str:
+    """A commit whose assignments/p6 tree holds `p6_entries` (mode, name, object) as written."""
+    def tree(entries: list[tuple[str, str, str]]) -> str:
+        return _object(repo, "tree", b"".join(f"{mode} {name}".encode() + b"\0" + bytes.fromhex(sha) for mode, name, sha in entries))
+
+    p6 = tree(p6_entries)
+    root = tree([("40000", "assignments", tree([("40000", "p6", p6)]))])
+    done = subprocess.run(["git", "--git-dir", str(repo), "commit-tree", root, "-m", "x"], capture_output=True, check=True, env={"GIT_AUTHOR_NAME": "s", "GIT_AUTHOR_EMAIL": "s@x", "GIT_COMMITTER_NAME": "s", "GIT_COMMITTER_EMAIL": "s@x", "PATH": "/usr/bin:/bin"})
+    return done.stdout.decode().strip()
+
+
+def test_a_crafted_git_tree_with_one_name_twice_is_taken_the_first_time(tmp_path: Path) -> None:
+    from grader.submit.worker import materialise
+
+    repo = tmp_path / "student.git"
+    git("init", "--bare", str(repo), cwd=tmp_path)
+    script, link = _object(repo, "blob", b"print('first')\n"), _object(repo, "blob", b"/etc/passwd")
+    commit = _commit_of(repo, [("100644", "p6_ddp.py", script), ("120000", "p6_ddp.py", link)])
+    submission = Submission(student="alice", practical="p6", commit=commit, source={"kind": "git", "repo": str(repo)}, backend="fake")
+    taken = materialise(submission, tmp_path)
+    assert taken.refused is None and (taken.folder / "p6_ddp.py").read_text() == "print('first')\n"
+
+
+def test_a_huge_blob_is_refused_while_it_streams(tmp_path: Path) -> None:
+    from grader.run.tree import TreeLimits
+    from grader.submit.worker import materialise
+
+    repo = tmp_path / "student.git"
+    git("init", "--bare", str(repo), cwd=tmp_path)
+    big = _object(repo, "blob", b"\0" * (8 << 20))
+    commit = _commit_of(repo, [("100644", "data.bin", big), ("100644", "p6_ddp.py", _object(repo, "blob", b"pass\n"))])
+    submission = Submission(student="alice", practical="p6", commit=commit, source={"kind": "git", "repo": str(repo)}, backend="fake")
+    taken = materialise(submission, tmp_path, TreeLimits(max_bytes=1 << 20))
+    assert taken.refused == "the submission holds more than 1 MiB" and list(taken.folder.iterdir()) == []
 
 
 @pytest.fixture

@@ -109,3 +109,17 @@ def test_empty_folder_keeps_the_folder(tmp_path: Path) -> None:
     (folder / "link").symlink_to(tmp_path)
     empty_folder(folder)
     assert folder.is_dir() and os.listdir(folder) == [] and tmp_path.exists()
+
+
+def test_a_folder_of_thousands_of_long_names_is_emptied(tmp_path: Path) -> None:
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    for index in range(12_000):  # 2.5 MB of names: more than one command line holds (ARG_MAX is 2 MiB here)
+        (folder / f"{index:05d}{'n' * 200}").write_text("")
+    empty_folder(folder)
+    assert folder.is_dir() and os.listdir(folder) == []
+    many = [tmp_path / f"{index:04d}{'m' * 200}" for index in range(1200)]
+    for path in many:
+        path.mkdir()
+    remove_tree(*many)
+    assert not any(path.exists() for path in many)

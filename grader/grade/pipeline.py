@@ -290,9 +290,10 @@ class Execution:
     prepared: Prepared = field(default_factory=Prepared)
 
 
-def execute(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions()) -> Execution:
+def execute(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions(), refused: str | None = None) -> Execution:
     """Steps 1 to 5 of the module docstring: the runs and their observations (or, when the
-    grader itself fails, an Execution whose `error` says so)."""
+    grader itself fails, an Execution whose `error` says so). `refused`: why the submission
+    cannot be run at all, known before (every run is then reported as not run, with it)."""
     started = time.monotonic()
     assignment = practical.assignment
     checks = tuple(c for c in assignment.checks if c.public or not options.public_only)
@@ -309,6 +310,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         runs = plan_runs(assignment, graded, options)
         timed = timed_runs(practical, graded, runs)
         submission, taken = take(submission, staging / "taken")
+        taken = replace(taken, problem=refused or taken.problem)
         answers = load_answers(submission, assignment.answers) if assignment.answers else None
         folder, prepared = submission, Prepared(problem=taken.problem or _missing_scripts(tuple(r for r in runs if not r.solution), assignment, submission))
         prepare = getattr(practical.module, "prepare", None)

@@ -52,10 +52,14 @@ def course_options(options: GradeOptions, practical: Practical) -> GradeOptions:
     )
 
 
-def execute_folder(practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False, contain: bool = True) -> Executed:
+def execute_folder(
+    practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False, contain: bool = True, refused: str | None = None
+) -> Executed:
     """Run `folder`'s code for `practical`; official runs (or a spec saying `sandbox:
     required`) refuse to go without the sandbox. `contain=False` asks for none (the sandbox,
-    the per-job cgroups): the code runs with the grader's rights, as on a laptop."""
+    the per-job cgroups): the code runs with the grader's rights, as on a laptop. `refused`:
+    why the submission cannot be run at all (found while taking it out of git): it is graded
+    as not run."""
     options = course_options(options, practical)
     if not folder.is_dir():
         return Executed(Execution(0.0, error=f"the submission folder {folder} does not exist"), options)
@@ -70,7 +74,7 @@ def execute_folder(practical: Practical, folder: Path, options: GradeOptions, *,
     work = sandbox.new_root(f"grader-{practical.id}-") if sandbox else Path(tempfile.mkdtemp(prefix=f"grader-{practical.id}-"))
     try:
         runner = LocalRunner(work, LocalRunnerOptions(keep_files=keep_work, cgroups=contain), sandbox=sandbox, gpus=open_nvml())
-        execution = execute(practical, folder.absolute(), runner, options)  # not resolved: a link another user planted is refused when taken
+        execution = execute(practical, folder.absolute(), runner, options, refused)  # not resolved: a link another user planted is refused when taken
     finally:
         if sandbox is not None:
             sandbox.release()
@@ -79,9 +83,11 @@ def execute_folder(practical: Practical, folder: Path, options: GradeOptions, *,
     return Executed(execution, options, warning, work if keep_work else None)
 
 
-def grade_folder(practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False, contain: bool = True) -> Graded:
+def grade_folder(
+    practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False, contain: bool = True, refused: str | None = None
+) -> Graded:
     """Grade `folder` (see execute_folder)."""
-    executed = execute_folder(practical, folder, options, official=official, keep_work=keep_work, contain=contain)
+    executed = execute_folder(practical, folder, options, official=official, keep_work=keep_work, contain=contain, refused=refused)
     return Graded(judge(practical, executed.execution, executed.options), executed.warning, executed.kept)
 
 

@@ -96,19 +96,10 @@ class _Zygote:
             "HOME": str(root),
         }
         command = [sandbox.python if sandbox else options.python, "-m", "grader.probe.zygote", *options.warm_modules]
-        if sandbox:
-            command = sandbox.command(command, root)
         self.log = root / f"zygote-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                cwd=root,
-                env=env,
-                start_new_session=True,
-            )
+            popen = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": log, "cwd": root, "env": env, "start_new_session": True}
+            self.proc = sandbox.spawn(command, root, **popen) if sandbox else subprocess.Popen(command, **popen)
         self._buffer = b""
         self.ready = False
 

@@ -42,9 +42,9 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from grader.run import procs
+from grader.run import procs, seccomp
 
 UID_POOL = range(61000, 61500)
 SCRATCH = ("tmp", "shm")  # folders of the grading folder that are the sandbox's /tmp and /dev/shm
@@ -93,7 +93,7 @@ class Sandbox:
 
     def describe(self) -> str:
         who = f"uid {self.uid}" if self.drop else f"the grader's own uid {self.uid}"
-        return f"bubblewrap sandbox as {who}, loopback only, read-only system; files written: {self.disk_cap}"
+        return f"bubblewrap sandbox as {who}, loopback only, read-only system, {seccomp.describe()}; files written: {self.disk_cap}"
 
     @property
     def owner(self) -> int | None:
@@ -153,9 +153,24 @@ class Sandbox:
             return f"every sandbox uid of {UID_POOL.start}-{UID_POOL.stop - 1} is in use"
         return Sandbox(bwrap=self.bwrap, uid=lease[0], drop=self.drop, python=self.python, read_only=self.read_only, devices=self.devices, limits=self.limits, _lease=lease[1])
 
-    def command(self, argv: list[str], root: Path) -> list[str]:
+    def spawn(self, argv: list[str], root: Path, **popen: Any) -> subprocess.Popen:
+        """Start `argv` in the sandbox (see `command`), its seccomp filter handed to bwrap through
+        a descriptor of its own."""
+        rules = seccomp.program()
+        if rules is None:
+            return subprocess.Popen(self.command(argv, root), **popen)
+        handle = os.memfd_create("pdl-grader-seccomp", 0)
+        try:
+            os.write(handle, rules)
+            os.lseek(handle, 0, os.SEEK_SET)
+            return subprocess.Popen(self.command(argv, root, seccomp_fd=handle), pass_fds=(handle,), **popen)
+        finally:
+            os.close(handle)
+
+    def command(self, argv: list[str], root: Path, seccomp_fd: int | None = None) -> list[str]:
         """`argv` (starting with the sandbox's python) wrapped in limits, uid drop and bwrap,
-        with `root` bound read-write at the same path."""
+        with `root` bound read-write at the same path; bwrap loads its seccomp filter from
+        `seccomp_fd` when one is given (grader/run/seccomp.py)."""
         limits = self.limits
         wrapped = [
             "prlimit",
@@ -169,7 +184,12 @@ class Sandbox:
         ]
         if self.drop:
             wrapped += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
-        wrapped += [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+        # --as-pid-1: the command (the launcher, which makes itself not dumpable before any rank
+        # exists) is the pid namespace's init; bwrap's own init would be dumpable, of the ranks'
+        # uid, and outside every job's cgroup: a process a rank could take over
+        wrapped += [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1"]
+        if seccomp_fd is not None:
+            wrapped += ["--seccomp", str(seccomp_fd)]
         wrapped += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
         for link in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink(f"/{link}"):
@@ -260,13 +280,19 @@ def _works(sandbox: Sandbox) -> str | None:
     root = sandbox.new_root("grader-sandbox-check-")
     try:
         sandbox.prepare_root(root, mount=False)
-        done = subprocess.run(sandbox.command([sandbox.python, "-c", "import grader.probe"], root), capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root / "lib")})
+        process = sandbox.spawn([sandbox.python, "-c", "import grader.probe"], root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root / "lib")})
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     finally:
         sandbox.unmount(root)
         shutil.rmtree(root, ignore_errors=True)
-    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+    return None if process.returncode == 0 else (stderr.strip().splitlines() or ["no output"])[-1][:300]
 
 
 def open_sandbox(limits: Limits | None = None, python: str = sys.executable) -> Sandbox | str:

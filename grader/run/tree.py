@@ -223,20 +223,32 @@ def remove_tree(*paths: Path) -> None:
     """Remove each of `paths` and everything in it, at any depth, never following a link;
     nothing is raised (what cannot be removed stays)."""
     present = [str(path) for path in paths if os.path.lexists(path)]
-    if not present:
-        return
     rm = shutil.which("rm")
-    if rm is not None:
-        subprocess.run([rm, "-rf", "--one-file-system", "--", *present], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        return
-    for path in present:
-        shutil.rmtree(path, ignore_errors=True)
+    for start in range(0, len(present), 256):  # a bounded command line, however many paths
+        batch = present[start:start + 256]
+        try:
+            if rm is None:
+                raise FileNotFoundError("rm")
+            subprocess.run([rm, "-rf", "--one-file-system", "--", *batch], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        except OSError:
+            for path in batch:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def empty_folder(path: Path) -> None:
-    """Remove everything inside `path` (the folder itself stays)."""
+    """Remove everything inside `path` (the folder itself stays: it may be a sandbox's /tmp,
+    bound by its inode). Any number of entries, of any name; nothing is raised."""
+    find = shutil.which("find")
     try:
-        names = os.listdir(path)
+        if find is None:
+            raise FileNotFoundError("find")
+        subprocess.run(
+            [find, str(path), "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "--one-file-system", "--", "{}", "+"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+        )
     except OSError:
-        return
-    remove_tree(*(path / name for name in names))
+        try:
+            names = os.listdir(path)
+        except OSError:
+            return
+        remove_tree(*(path / name for name in names))

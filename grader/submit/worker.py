@@ -5,13 +5,14 @@ queued for a retry, up to MAX_ATTEMPTS; after that an autograder-error result is
 no accepted submission ends without a result."""
 from __future__ import annotations
 
-import io
 import os
 import platform
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader import __version__
@@ -20,9 +21,11 @@ from grader.grade.pipeline import GradeOptions
 from grader.grade.session import grade_folder
 from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport
-from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
+from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, remove_tree
 from grader.store import ResultsStore
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
+
+GIT_ARCHIVE_S = 120  # taking a commit's files out of git
 
 
 def git_free_environment() -> dict[str, str]:
@@ -35,7 +38,16 @@ class MaterialiseError(Exception):
     """The submission's files cannot be had (the commit or the folder is gone)."""
 
 
-def materialise(submission: Submission, into: Path) -> Path:
+@dataclass(frozen=True)
+class Materialised:
+    """A submission's folder, taken out of git or the inbox; `refused` says why its content
+    cannot be graded (too large, too many files): then it is graded as not run, with that."""
+
+    folder: Path
+    refused: str | None = None
+
+
+def materialise(submission: Submission, into: Path, limits: TreeLimits = TreeLimits()) -> Materialised:
     """The submission's folder for its practical, made under `into`."""
     folder = into / "submission"
     source = submission.source
@@ -43,47 +55,90 @@ def materialise(submission: Submission, into: Path) -> Path:
         try:
             handle = open_folder(Path(source["path"]))  # the inbox entry may not have become another user's link
             try:
-                copy_tree(handle, folder)  # links stay links; hard links and FIFOs are left out
+                copy_tree(handle, folder, limits=limits)  # links stay links; hard links and FIFOs are left out
             finally:
                 os.close(handle)
-        except (OSError, TreeRefused) as exc:
+        except TreeRefused as exc:
+            remove_tree(folder)
+            folder.mkdir()
+            return Materialised(folder, str(exc))
+        except OSError as exc:
             raise MaterialiseError(f"the submitted folder cannot be taken: {exc}") from None
-        return folder
+        return Materialised(folder)
     folder.mkdir()
-    prefix = f"assignments/{submission.practical}"
-    done = subprocess.run(["git", "--git-dir", source["repo"], "archive", "--format=tar", submission.commit, prefix], capture_output=True, timeout=120, env=git_free_environment())
-    if done.returncode != 0:
-        if b"did not match any files" in done.stderr or b"pathspec" in done.stderr:
-            return folder  # the commit has no such practical: graded as a missing script
-        raise MaterialiseError(f"git archive {submission.commit}: {done.stderr.decode(errors='replace').strip()[:300]}")
-    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
-        extract(archive, prefix, folder)
-    return folder
+    return _from_git(source["repo"], submission.commit, f"assignments/{submission.practical}", folder, limits)
 
 
-def extract(archive: tarfile.TarFile, prefix: str, folder: Path) -> None:
+def _from_git(repo: str, commit: str, prefix: str, folder: Path, limits: TreeLimits) -> Materialised:
+    """`prefix` of `commit`, streamed out of `git archive` into `folder` and stopped at `limits`
+    (a 3 GiB blob must cost neither the grader's memory nor the host's disk)."""
+    with tempfile.TemporaryFile() as errors:
+        git = subprocess.Popen(["git", "--git-dir", repo, "archive", "--format=tar", commit, prefix], stdout=subprocess.PIPE, stderr=errors, env=git_free_environment())
+        late = threading.Event()
+        watchdog = threading.Timer(GIT_ARCHIVE_S, lambda: (late.set(), git.kill()))
+        watchdog.start()
+        try:
+            with tarfile.open(fileobj=git.stdout, mode="r|") as archive:
+                refused = extract(archive, prefix, folder, limits)
+        except tarfile.TarError as exc:
+            refused = None if git.wait() else f"the commit's {prefix} cannot be read: {exc}"
+        finally:
+            git.kill()  # it may be waiting to write what a refused archive no longer reads
+            status = git.wait()
+            watchdog.cancel()
+            git.stdout.close()
+        errors.seek(0)
+        stderr = errors.read(4096)
+    if late.is_set():
+        raise MaterialiseError(f"git archive {commit} took more than {GIT_ARCHIVE_S} s")
+    if refused:
+        remove_tree(folder)
+        folder.mkdir()
+        return Materialised(folder, refused)
+    if status != 0 and not any(folder.iterdir()):
+        if b"did not match any files" in stderr or b"pathspec" in stderr:
+            return Materialised(folder)  # the commit has no such practical: graded as a missing script
+        raise MaterialiseError(f"git archive {commit}: {stderr.decode(errors='replace').strip()[:300] or f'exit status {status}'}")
+    return Materialised(folder)
+
+
+def extract(archive: tarfile.TarFile, prefix: str, folder: Path, limits: TreeLimits = TreeLimits()) -> str | None:
     """Extract the members under `prefix` into `folder` — as the grader, from a student's
     repository: no member may write outside `folder` (no '..', no path through a link), files
-    are created afresh without following links, links are kept as links."""
-    real_folder = os.path.realpath(folder)
-    for member in archive.getmembers():
+    are created afresh without following links, links are kept as links, a second member of
+    the same name is passed over. Reads the archive as a stream; returns why it stopped when
+    it holds more than `limits` allows."""
+    inside = os.path.realpath(folder) + os.sep
+    entries, written = 0, 0
+    for member in archive:
         relative = member.name[len(prefix):].lstrip("/")
-        if not relative or ".." in Path(relative).parts or relative.startswith("/"):
+        if not member.name.startswith(prefix + "/") or not relative or ".." in Path(relative).parts:
             continue
+        entries += 1
+        written += member.size if member.isfile() else 0
+        if entries > limits.max_entries:
+            return f"the submission holds more than {limits.max_entries} files and folders"
+        if written > limits.max_bytes:
+            return f"the submission holds more than {limits.max_bytes >> 20} MiB"
+        if len(Path(relative).parts) > limits.max_depth:
+            return f"the submission's folders are nested more than {limits.max_depth} levels deep ({relative[:80]}…)"
         target = folder / relative
-        if not os.path.realpath(target.parent).startswith(real_folder):
+        if not (os.path.realpath(target.parent) + os.sep).startswith(inside):
             continue  # a path through a link that leaves the folder
-        if member.isdir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif member.isfile():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = archive.extractfile(member)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if member.mode & 0o111 else 0o644)
-            with os.fdopen(fd, "wb") as handle:
-                shutil.copyfileobj(source, handle)
-        elif member.issym():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(member.linkname, target)
+        try:
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif member.isfile():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if member.mode & 0o111 else 0o644)
+                with os.fdopen(fd, "wb") as handle:
+                    shutil.copyfileobj(archive.extractfile(member), handle)
+            elif member.issym():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(member.linkname, target)
+        except (FileExistsError, NotADirectoryError):
+            continue  # a second entry of one name (git accepts such a crafted tree): the first counts
+    return None
 
 
 def template_version(course: Course, practical: str) -> str:
@@ -127,9 +182,9 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     practical = load_practical(course, submission.practical)
     scratch = Path(tempfile.mkdtemp(prefix="grader-work-"))
     try:
-        folder = materialise(submission, scratch)
+        taken = materialise(submission, scratch)
         options = GradeOptions(world_size=submission.options.get("world_size"))
-        report = grade_folder(practical, folder, options, official=True).report
+        report = grade_folder(practical, taken.folder, options, official=True, refused=taken.refused).report
     except MaterialiseError as exc:
         report = GradingReport.failure(submission.practical, str(exc))
     except Exception as exc:  # noqa: BLE001 - the worker's own failure: retried, never lost
