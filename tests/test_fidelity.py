@@ -15,6 +15,15 @@ from helpers import ROOT
 CASES = Path(__file__).parent / "fidelity" / "cases.py"
 SAME_DEVICE = "Expected all tensors to be on the same device"
 
+
+def checked(argument: str, device: str, common: str, method: str) -> str:
+    """CUDA's message when a kernel that checks its arguments one by one meets one on another device."""
+    return (
+        f"{SAME_DEVICE}, but got {argument} is on {device}, different from other tensors on {common} "
+        f"(when checking argument in method {method})"
+    )
+
+
 # case -> the observation ("value") or the error type and how its message starts
 EXPECTED: dict[str, dict] = {
     # DataParallel scatters with torch.chunk: ceil(B/n) rows, the last smaller, maybe fewer chunks
@@ -27,10 +36,11 @@ EXPECTED: dict[str, dict] = {
     "dataparallel_matches_one_device": {"value": [True, True, "cuda:0"]},
     "dataparallel_needs_the_model_on_device_0": {"error": "RuntimeError", "message": "module must have its parameters and buffers on device cuda:0 (device_ids[0]) but found one of them on device: cpu"},
     "mixing_two_gpus": {"error": "RuntimeError", "message": SAME_DEVICE},
-    "linear_on_gpu_input_on_cpu": {"error": "RuntimeError", "message": SAME_DEVICE},
+    "linear_on_gpu_input_on_cpu": {"error": "RuntimeError", "message": checked("mat1", "cpu", "cuda:0", "wrapper_CUDA_addmm")},
     "cpu_scalar_with_gpu_tensor": {"value": "cuda:0"},
-    "device_ordinal_out_of_range": {"error": "RuntimeError", "message": "CUDA error: invalid device ordinal"},
-    "set_device_out_of_range": {"error": "RuntimeError", "message": "CUDA error: invalid device ordinal"},
+    # current CUDA builds raise torch.AcceleratorError (a RuntimeError) for CUDA's own errors
+    "device_ordinal_out_of_range": {"error": "AcceleratorError", "message": "CUDA error: invalid device ordinal"},
+    "set_device_out_of_range": {"error": "AcceleratorError", "message": "CUDA error: invalid device ordinal"},
     "numpy_of_a_gpu_tensor": {"error": "TypeError", "message": "can't convert cuda:0 device type tensor to numpy"},
     "placement_and_current_device": {
         "value": {
@@ -49,6 +59,54 @@ EXPECTED: dict[str, dict] = {
     "memory_statistics": {"value": [True, True, True, True]},
     "gpu0_carries_more_under_dataparallel": {"value": True},
     "timing_events": {"value": True},
+    "every_way_of_naming_a_device": {
+        "value": {
+            name: "cuda:1"
+            for name in (
+                "Module.to(1)", "Module.to(device=1)", "Module.to(device='cuda:1')", "Module.to(device=torch.device)",
+                "Module.to(torch.device, dtype)", "Module.cuda(1)", "Module.to_empty(device=1)", "Tensor.to(1)", "Tensor.to(device=1)",
+                "Tensor.cuda(device=1)", "zeros(device=1)", "new_ones(device=1)",
+            )
+        }
+    },
+    "module_moved_by_keyword_trains_there": {"value": ["cuda:1", "cuda:1"]},
+    "default_device_set_by_the_program": {"value": ["cuda:1", "cuda:1", "cuda:1"]},
+    "checkpoint_map_location_in_every_form": {
+        "value": {
+            "none": ["cuda:1"],
+            "'cuda:1'": ["cuda:1"],
+            "torch.device": ["cuda:1"],
+            "dict": ["cuda:1"],
+            "function": ["cuda:1"],
+            "'cpu'": ["cpu"],
+            "identity": ["cpu"],
+            "saved on cpu": ["cpu"],
+        }
+    },
+    "checkpoint_onto_a_missing_gpu": {"error": "RuntimeError", "message": "Attempting to deserialize object on CUDA device"},
+    "custom_function_backward_on_the_gpu": {"value": [["cuda:1"], "cuda:1", [2.0, 2.0, 2.0]]},
+    "gradient_hooks_see_the_gpu": {"value": [["module hook", "cuda:1"], ["tensor hook", "cuda:1"]]},
+    "accelerator_queries": {
+        "value": {
+            "available": True, "count": True, "accelerator": "cuda", "module": "torch.cuda", "backend": "nccl", "index": [0, [1, 1], 0],
+        }
+    },
+    "unnamed_backend_between_two_ranks": {"value": [["cuda:0", [1.0, 1.0], [1.0, 1.0]], ["cuda:1", [0.0, 0.0], [1.0, 1.0]]]},
+    "visible_devices_set_by_the_program": {"value": "1 cuda:0"},
+    # kernels that check their arguments one by one name the argument and the kernel
+    "linear_input_on_another_gpu": {"error": "RuntimeError", "message": checked("mat1", "cuda:1", "cuda:0", "wrapper_CUDA_addmm")},
+    "linear_without_bias_input_on_cpu": {"error": "RuntimeError", "message": checked("mat2", "cuda:0", "cpu", "wrapper_CUDA_mm")},
+    "embedding_indices_on_cpu": {"error": "RuntimeError", "message": checked("index", "cpu", "cuda:0", "wrapper_CUDA__index_select")},
+    "cross_entropy_target_on_cpu": {
+        "error": "RuntimeError", "message": checked("target", "cpu", "cuda:0", "wrapper_CUDA_nll_loss_forward"),
+    },
+    # TensorIterator kernels name the first non-CPU device first
+    "cpu_tensor_meets_gpu_tensor": {"error": "RuntimeError", "message": f"{SAME_DEVICE}, but found at least two devices, cuda:0 and cpu!"},
+    "conv_input_on_cpu": {
+        "error": "RuntimeError",
+        "message": "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same "
+        "or input should be a MKLDNN tensor and weight is a dense tensor",
+    },
 }
 
 

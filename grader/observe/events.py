@@ -47,6 +47,7 @@ from torch.nn.modules import module as nn_module
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.optim import optimizer as optim_module
 
+from grader.probe.patching import replace_in_torch
 from grader.probe.recorder import Recorder
 
 MAX_EVENT_BYTES = 64 << 20
@@ -66,15 +67,6 @@ def _wrapped_label(module: torch.nn.Module) -> str:
     if isinstance(module, WRAPPERS) and isinstance(inner, torch.nn.Module):
         return f"{name}({type(inner).__name__})"
     return name
-
-
-def _replace_in_distributed(name: str, replacement: Callable) -> Callable:
-    """Put `replacement` in place of torch.distributed's `name` (in the module that defines it
-    too, where torch's own code looks it up); returns the original."""
-    original = getattr(c10d, name)
-    for home in (c10d, dist):
-        setattr(home, name, replacement)
-    return original
 
 
 class _Frame:
@@ -161,7 +153,7 @@ class Observer:
     def install(self) -> None:
         """Wrap torch's entry points, register the global hooks and the exit handler."""
         for name, replacement in (("init_process_group", self._init_process_group), ("all_reduce", self._all_reduce)):
-            self._originals[name] = _replace_in_distributed(name, replacement)
+            self._originals[name] = replace_in_torch(c10d, name, replacement)
         self._wrap_ddp()
         self._originals["backward"] = torch.autograd.backward
         self._originals["excepthook"] = sys.excepthook
@@ -393,7 +385,7 @@ def start_observing(folder: str, virtual: Any = None) -> Observer | None:
     the process's virtual GPUs (grader.probe.vgpu.VirtualCuda) if it has them. Never raises:
     a failure is one line on stderr and the script runs unobserved."""
     try:
-        observer = Observer(folder, virtual.count if virtual is not None else 0, virtual.device_of if virtual is not None else None)
+        observer = Observer(folder, virtual.machine if virtual is not None else 0, virtual.device_of if virtual is not None else None)
         observer.install()
         return observer
     except Exception as exc:  # noqa: BLE001 - the user's script must run anyway

@@ -39,6 +39,7 @@ from torch.nn.modules import module as nn_module
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim import optimizer as optim_module
 
+from grader.probe.patching import replace_in_torch
 from grader.probe.recorder import Recorder
 
 DeviceOf = Callable[[torch.Tensor], torch.device]
@@ -130,10 +131,9 @@ class Probe:
         optim_module.register_optimizer_step_post_hook(self._step_post)
 
     def _wrap(self, name: str, replacement: Callable) -> None:
-        """Replace `name` in torch.distributed and its defining module by `replacement`."""
-        self._originals[name] = getattr(c10d, name)
-        setattr(c10d, name, replacement)
-        setattr(dist, name, replacement)
+        """Replace torch.distributed's `name` by `replacement` wherever torch holds it (DeviceMesh
+        calls init_process_group by its own name)."""
+        self._originals[name] = replace_in_torch(c10d, name, replacement)
 
     def tap(self, stream: TextIO) -> "OutputTap":
         """A stand-in for sys.stdout / sys.stderr that notes text printed inside a forward."""

@@ -6,36 +6,44 @@ the mode did not see", which mixes with anything). A `TorchFunctionMode`, active
 thread, sees each torch call and
 
   * answers `.device`, `.is_cuda` and `.get_device()` from the tag;
-  * turns moves (`.to`, `.cuda`, `.cpu`, `device=` of factories) into CPU copies tagged with the
-    target device, rejecting `cuda:k` with k ≥ N ("CUDA error: invalid device ordinal");
-  * raises CUDA's error when one op mixes tensors of two devices ("Expected all tensors to be
-    on the same device, but found at least two devices, cuda:0 and cuda:1!"), CPU scalars
-    allowed as on CUDA;
-  * tags what an op returns with the device of its inputs.
+  * turns moves (`.to`, `.cuda`, `.cpu`, `device=` of factories and torch.set_default_device)
+    into CPU copies tagged with the target device, whichever way the device is named (an int,
+    "cuda:k", torch.device, positionally or by keyword; Module.to's own parsing included),
+    rejecting `cuda:k` with k ≥ N as CUDA does (grader.probe.vgpu_errors);
+  * raises CUDA's error when one op mixes tensors of two devices, CPU scalars allowed as on
+    CUDA (the wording of the kernel CUDA would run: grader.probe.vgpu_errors);
+  * tags what an op returns with the device of its inputs, and the storage a tensor hands out
+    (`untyped_storage()`) with the tensor's device, so that torch.save records "cuda:k".
 
-`torch.cuda` answers as a machine with N GPUs would (grader.probe.vgpu_api) and DataParallel's
-scatter / broadcast / gather run on virtual devices (grader.probe.vgpu_parallel). Not emulated:
-timing, memory capacity, streams and their overlap, NCCL itself (gloo does the collectives).
+The number of devices is fixed at the first CUDA query, as CUDA does: a CUDA_VISIBLE_DEVICES
+the program set itself before that (different from the one it inherited) picks the visible
+ones. `torch.cuda` and `torch.accelerator` answer as a machine with N GPUs would
+(grader.probe.vgpu_api); DataParallel's scatter / broadcast / gather run on virtual devices
+(grader.probe.vgpu_parallel); checkpoints save and load per device (grader.probe.vgpu_serialization);
+the autograd engine's Python callbacks run in the mode (grader.probe.vgpu_autograd). Not
+emulated: timing, memory capacity, streams and their overlap, NCCL itself (gloo does the
+collectives).
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import weakref
 from typing import Any, Callable, Iterator
 
 import torch
+import torch.utils._device as default_device
 from torch.overrides import TorchFunctionMode
 
-TAG = "_vcuda"
-CPU = -1
+from grader.probe.vgpu_errors import CPU, NO_GPUS, TAG, invalid_ordinal, mismatch_error
 
-INVALID_ORDINAL = (
-    "CUDA error: invalid device ordinal\n"
-    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.\n"
-    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
-    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
-)
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+
+
+def is_index(value: Any) -> bool:
+    """An int naming a device (cuda:k on a CUDA build), not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -86,19 +94,50 @@ class MemoryStats:
             self.allocated -= entry[0]
 
 
-class VirtualCuda:
-    """The state of N virtual CUDA devices in this process."""
+def visible_devices(machine: int, value: str | None) -> list[int]:
+    """The virtual GPUs a CUDA_VISIBLE_DEVICES value shows, in its order (None: all of them).
+    As in CUDA, the list ends at the first entry that names no device or repeats one."""
+    if value is None:
+        return list(range(machine))
+    chosen: list[int] = []
+    for token in value.split(","):
+        token = token.strip()
+        if not token.isdigit() or int(token) >= machine or int(token) in chosen:
+            break
+        chosen.append(int(token))
+    return chosen
 
-    def __init__(self, count: int) -> None:
-        if count < 1:
+
+class VirtualCuda:
+    """The state of the virtual CUDA devices in this process: `machine` of them exist, and the
+    ones CUDA_VISIBLE_DEVICES shows are visible, fixed at the first query (`count`). A value
+    equal to `inherited` (what the process found at start-up) is the real machine's business
+    and shows every virtual device."""
+
+    def __init__(self, machine: int, inherited: str | None = None) -> None:
+        if machine < 1:
             raise ValueError("virtual GPUs: the count must be at least 1")
-        self.count = count
-        self.memory = [MemoryStats() for _ in range(count)]
+        self.machine = machine
+        self.inherited = inherited
+        self._visible: list[int] | None = None
+        self.memory = [MemoryStats() for _ in range(machine)]
         self._lock = threading.Lock()
         self._local = threading.local()
         self.mode = _VirtualMode(self)
 
     # ------------------------------------------------------------- devices
+    @property
+    def visible(self) -> list[int]:
+        """The virtual GPUs this process sees, as cuda:0, cuda:1, ... (resolved once, at the first query)."""
+        if self._visible is None:
+            value = os.environ.get(VISIBLE)
+            self._visible = visible_devices(self.machine, None if value == self.inherited else value)
+        return self._visible
+
+    @property
+    def count(self) -> int:
+        return len(self._visible if self._visible is not None else self.visible)
+
     @property
     def current(self) -> int:
         return getattr(self._local, "current", 0)
@@ -108,14 +147,18 @@ class VirtualCuda:
         self._local.current = index
 
     def check_index(self, index: int) -> None:
-        if not 0 <= index < self.count:
-            raise RuntimeError(INVALID_ORDINAL)
+        count = self.count
+        if count == 0:
+            raise RuntimeError(NO_GPUS)
+        if not 0 <= index < count:
+            raise invalid_ordinal()
 
     def index_of(self, device: Any) -> int | None:
-        """The tag for a device argument: k for CUDA (validated), -1 for the CPU, None if not a device."""
+        """The tag for a device argument: k for CUDA (validated; an int k means cuda:k, as on a
+        CUDA build), -1 for the CPU, None if not a device."""
         if device is None:
             return None
-        if isinstance(device, int) and not isinstance(device, bool):
+        if is_index(device):
             self.check_index(device)
             return device
         if isinstance(device, str):
@@ -133,10 +176,17 @@ class VirtualCuda:
         return getattr(tensor, TAG, None)
 
     def device_of(self, tensor: torch.Tensor) -> torch.device:
-        """The device `tensor` appears to live on."""
+        """The device `tensor` appears to live on (its own for the CPU, the meta device, ...). A
+        DTensor of a "cuda" mesh (made in C++, untagged) is on its local tensor's GPU, which is
+        the current one where that is untagged too."""
         tag = getattr(tensor, TAG, None)
+        if tag is None:
+            spec = getattr(tensor, "_spec", None)
+            if spec is not None and getattr(spec.mesh, "device_type", None) == "cuda":
+                local = getattr(tensor._local_tensor, TAG, None)
+                return torch.device("cuda", self.current if local is None or local == CPU else local)
         if tag is None or tag == CPU:
-            return tensor.device if tag is None else torch.device("cpu")
+            return tensor.device
         return torch.device("cuda", tag)
 
     def tag(self, tensor: torch.Tensor, index: int | None) -> torch.Tensor:
@@ -172,18 +222,13 @@ class VirtualCuda:
             self.memory[index].peak = self.memory[index].allocated
 
 
-def mismatch_error(first: int, second: int) -> RuntimeError:
-    def name(tag: int) -> str:
-        return "cpu" if tag == CPU else f"cuda:{tag}"
-
-    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {name(first)} and {name(second)}!")
-
-
 class _VirtualMode(TorchFunctionMode):
     """The torch-function mode that keeps up the illusion (see the module docstring)."""
 
     # calls that may take tensors of different devices (besides torch's private helpers)
     CROSS_DEVICE = frozenset({"copy_", "to", "cuda", "cpu", "type", "__setitem__", "set_", "is_same_size", "is_set_to"})
+    # calls other than Tensor methods that have an `_on_<name>` handler
+    FUNCTIONS = frozenset({"_parse_to"})
 
     def __init__(self, vcuda: VirtualCuda) -> None:
         super().__init__()
@@ -198,24 +243,30 @@ class _VirtualMode(TorchFunctionMode):
         if name.startswith("_foreach"):
             return self._foreach(func, args, kwargs)
         special = getattr(self, f"_on_{name}", None)
-        if special is not None and getattr(func, "__qualname__", "").startswith(("TensorBase.", "Tensor.")):
+        if special is not None and (name in self.FUNCTIONS or getattr(func, "__qualname__", "").startswith(("TensorBase.", "Tensor."))):
             return special(func, args, kwargs)
+        if kwargs.get("device") is None and default_device.CURRENT_DEVICE is not None and func in default_device._device_constructors():
+            kwargs = {**kwargs, "device": default_device.CURRENT_DEVICE}  # torch.set_default_device's, which acts below this mode
         target = None
-        if "device" in kwargs:
-            target = self.v.index_of(kwargs["device"])
-            if target is not None:
+        device = kwargs.get("device")
+        if device is not None:
+            target = self.v.index_of(device)  # None for a device other than cpu and cuda (meta): left untagged
+            if target is not None and target != CPU:
                 kwargs = {**kwargs, "device": "cpu"}
         inputs = [*_tensors(args), *_tensors(kwargs)]
         private = name.startswith("_") and not name.startswith("__")
-        common = self._common(inputs, check=not private and name not in self.CROSS_DEVICE)
+        common, mixed = self._common(inputs)
+        if mixed and not private and name not in self.CROSS_DEVICE:
+            raise mismatch_error(func, args, kwargs, inputs)
         result = func(*args, **kwargs)
-        if target is None:
+        if device is None:
             target = common if inputs else CPU
         return self._tag_outputs(result, target, inputs)
 
     # -------------------------------------------------------------- helpers
-    def _common(self, tensors: list[torch.Tensor], check: bool) -> int | None:
-        """The one device the tagged inputs share (CPU scalars aside); raise if two differ."""
+    @staticmethod
+    def _common(tensors: list[torch.Tensor]) -> tuple[int | None, bool]:
+        """The device the tagged inputs share (CPU scalars aside), and whether two differ."""
         found = None
         for tensor in tensors:
             tag = getattr(tensor, TAG, None)
@@ -225,16 +276,22 @@ class _VirtualMode(TorchFunctionMode):
                 continue  # a CPU scalar may meet CUDA tensors, as on a real GPU
             if found is None:
                 found = tag
-            elif tag != found and check:
-                raise mismatch_error(found, tag)
-        return found
+            elif tag != found:
+                return found, True
+        return found, False
 
     def _foreach(self, func, args, kwargs):
         """torch._foreach_* ops work position by position: the i-th tensors of the lists must
         share a device (the lists may span devices: the optimizers group by the real device,
         which is the CPU for every virtual one); the i-th output gets their device."""
         lists = [a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
-        devices = [self._common([t for t in items if isinstance(t, torch.Tensor)], check=True) for items in zip(*lists)]
+        devices = []
+        for items in zip(*lists):
+            tensors = [t for t in items if isinstance(t, torch.Tensor)]
+            common, mixed = self._common(tensors)
+            if mixed:
+                raise mismatch_error(func, args, kwargs, tensors)
+            devices.append(common)
         result = func(*args, **kwargs)
         if isinstance(result, (list, tuple)):
             for output, device in zip(result, devices):
@@ -293,8 +350,25 @@ class _VirtualMode(TorchFunctionMode):
         return f"{text[:body_end + cut]}, device='cuda:{tag}'{text[body_end + cut:]}"
 
     def _on_get_device(self, func, args, kwargs):
+        device = self.v.device_of(args[0])
+        return device.index if device.type == "cuda" else -1
+
+    def _on__parse_to(self, func, args, kwargs):
+        """Module.to's parsing: an int device means cuda:k (C++ would ask the accelerator, which is
+        absent); the device is returned as given, so that each tensor's .to moves it."""
+        if args and is_index(args[0]):
+            args = (torch.device("cuda", args[0]), *args[1:])
+        if is_index(kwargs.get("device")):
+            kwargs = {**kwargs, "device": torch.device("cuda", kwargs["device"])}
+        return func(*args, **kwargs)
+
+    def _on_untyped_storage(self, func, args, kwargs):
+        """The storage carries the tensor's device, for torch.save's location tags."""
+        storage = func(*args, **kwargs)
         tag = getattr(args[0], TAG, None)
-        return -1 if tag is None or tag == CPU else tag
+        if tag is not None:
+            setattr(storage, TAG, tag)
+        return storage
 
     def _on_to(self, func, args, kwargs):
         tensor, rest = args[0], args[1:]
@@ -303,7 +377,7 @@ class _VirtualMode(TorchFunctionMode):
             target = getattr(other, TAG, CPU)
             return self._move(tensor, CPU if target is None else target, dtype=kwargs.get("dtype", other.dtype), non_blocking=kwargs.get("non_blocking", False))
         device = kwargs.get("device")
-        positional = [a for a in rest if isinstance(a, (str, torch.device, int)) and not isinstance(a, bool)]
+        positional = [a for a in rest if isinstance(a, (str, torch.device)) or is_index(a)]
         if device is None and positional:
             device = positional[0]
         target = self.v.index_of(device)
@@ -318,7 +392,7 @@ class _VirtualMode(TorchFunctionMode):
 
     def _on_cuda(self, func, args, kwargs):
         device = args[1] if len(args) > 1 else kwargs.get("device")
-        target = self.v.current if device is None else self.v.index_of(device if not isinstance(device, int) else torch.device("cuda", device))
+        target = self.v.index_of(torch.device("cuda") if device is None else device)
         return self._move(args[0], target, non_blocking=kwargs.get("non_blocking", False), memory_format=kwargs.get("memory_format"))
 
     def _on_cpu(self, func, args, kwargs):

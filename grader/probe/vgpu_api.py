@@ -1,10 +1,14 @@
-"""What `torch.cuda` answers on a machine of N virtual GPUs.
+"""What `torch.cuda` and `torch.accelerator` answer on a machine of N virtual GPUs.
 
 Availability and counts, the current device (per thread, as in CUDA), device contexts,
 properties, timing events (wall clock), streams (accepted, no overlap), memory statistics
 (bytes of the storages on each virtual device), random-number state (the CPU generator's:
 random tensors made "on" a virtual GPU come from the CPU generator, so their values differ
 from a real GPU's).
+
+torch.accelerator's functions call torch._C._accelerator_* at each call (and torch's own code
+asks torch._C._get_accelerator for the device type): `make_accelerator` replaces those, so
+that the accelerator is CUDA with the virtual devices, its current index the CUDA one.
 """
 from __future__ import annotations
 
@@ -86,6 +90,9 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
         def synchronize(self) -> None:
             return None
 
+        def is_capturing(self) -> bool:
+            return False
+
         def __enter__(self) -> "VirtualStream":
             return self
 
@@ -113,7 +120,9 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
         return DeviceContext(obj.get_device() if obj.is_cuda else -1)
 
     def properties(device: Any = None) -> SimpleNamespace:
-        k = index(device)
+        k = device if isinstance(device, int) else index(device)
+        if not 0 <= k < v.count:
+            raise AssertionError("Invalid device id")
         return SimpleNamespace(
             name=f"Virtual GPU {k} (grader, CPU-backed)",
             major=9,
@@ -122,7 +131,7 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
             multi_processor_count=132,
             is_integrated=0,
             is_multi_gpu_board=0,
-            uuid=f"virtual-{k}",
+            uuid=f"virtual-{v.visible[k]}",
             L2_cache_size=50 * 1024**2,
         )
 
@@ -164,8 +173,10 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
             v.set_current(k)
 
     return {
-        "is_available": lambda: True,
+        "is_available": lambda: v.count > 0,
         "device_count": lambda: v.count,
+        "_device_count_nvml": lambda: v.count,
+        "_raw_device_count_nvml": lambda: v.count,
         "current_device": lambda: v.current,
         "set_device": set_device,
         "is_initialized": lambda: False,  # so torch queues its CUDA-generator seeding, never runs it
@@ -210,4 +221,45 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
         "manual_seed_all": nothing,
         "seed": nothing,
         "seed_all": nothing,
+    }
+
+
+CAPABILITY = {"supported_dtypes": {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+                                   torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool}}
+
+
+def make_accelerator(v: VirtualCuda, api: dict[str, Any]) -> dict[str, Any]:
+    """Replacements for the torch._C functions behind torch.accelerator, bound to `v` and to
+    the torch.cuda replacements `api`."""
+
+    def set_index(index: int) -> None:
+        if index >= 0:
+            v.set_current(index)
+
+    def exchange(index: int) -> int:
+        previous = v.current
+        set_index(index)
+        return previous
+
+    def stats(index: int) -> dict[str, int]:
+        return api["memory_stats"](index)
+
+    return {
+        "_get_accelerator": lambda: torch.device("cuda"),
+        "_accelerator_getAccelerator": lambda: torch.device("cuda"),
+        "_accelerator_getDeviceIndex": lambda: v.current,
+        "_accelerator_setDeviceIndex": set_index,
+        "_accelerator_exchangeDevice": exchange,
+        "_accelerator_maybeExchangeDevice": exchange,
+        "_accelerator_synchronizeDevice": lambda index=-1: None,
+        "_accelerator_getStream": lambda index=-1: api["current_stream"](None if index < 0 else index),
+        "_accelerator_setStream": lambda stream: None,
+        "_accelerator_getDeviceCapability": lambda index=-1: CAPABILITY,
+        "_accelerator_isAllocatorInitialized": lambda: True,
+        "_accelerator_emptyCache": lambda: None,
+        "_accelerator_emptyHostCache": lambda: None,
+        "_accelerator_getDeviceStats": stats,
+        "_accelerator_resetPeakStats": api["reset_peak_memory_stats"],
+        "_accelerator_resetAccumulatedStats": api["reset_accumulated_memory_stats"],
+        "_accelerator_getMemoryInfo": api["mem_get_info"],
     }

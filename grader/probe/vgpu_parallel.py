@@ -7,10 +7,13 @@ ReduceAddCoalesced) run unchanged; only the CUDA-only pieces underneath are repl
     device — so a small batch yields fewer chunks than devices, as in C++), broadcast,
     gather (a cat on the target device) and the reductions, all as copies between virtual
     devices;
-  * the background copy streams (none);
+  * the background copy streams (virtual streams: accepted, no overlap);
   * parallel_apply: the replicas run one after another in the calling thread with their device
     current (CUDA runs them in threads; the results are the same, the timing is not), and an
     exception in a replica is re-raised as torch does ("Caught … in replica i on device i").
+
+The backward passes of Scatter, Broadcast, Gather and ReduceAddCoalesced (torch's own custom
+autograd Functions) run in the virtual mode like every custom Function's (grader.probe.vgpu_autograd).
 """
 from __future__ import annotations
 
@@ -69,22 +72,6 @@ def make_comm(v: VirtualCuda) -> dict[str, Any]:
         "scatter": scatter,
         "gather": gather,
     }
-
-
-def backward_in_mode(v: VirtualCuda, backward, device_attribute: str | None = None):
-    """Wrap an autograd backward so it runs in the virtual mode, its incoming gradients
-    carrying the device the forward produced its output on (the engine makes them in C++,
-    untagged): `device_attribute` names where the forward kept that device on `ctx`."""
-
-    def wrapped(ctx, *grad_outputs):
-        device = getattr(ctx, device_attribute) if device_attribute else None
-        for grad in grad_outputs:
-            if device is not None and isinstance(grad, torch.Tensor) and v.tag_of(grad) is None:
-                v.tag(grad, device if device >= 0 else CPU)
-        with v.active():
-            return backward(ctx, *grad_outputs)
-
-    return wrapped
 
 
 def _first_device(value: Any) -> int | None:

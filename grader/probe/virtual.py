@@ -1,78 +1,102 @@
 """Switching a process to N virtual GPUs: `install(n)` (see grader.probe.vgpu for how it works)."""
 from __future__ import annotations
 
+import atexit
+import functools
+import gc
+import os
 import sys
 import threading
+import warnings
+from typing import Any, Callable
 
 import torch
 import torch.nn.parallel
 
-from grader.probe.vgpu import VirtualCuda, parameter_new
-from grader.probe.vgpu_api import make_api
-from grader.probe.vgpu_parallel import backward_in_mode, make_comm, make_parallel_apply
+from grader.probe.patching import own_function
+from grader.probe.vgpu import VISIBLE, VirtualCuda, parameter_new
+from grader.probe.vgpu_amp import install_autocast
+from grader.probe.vgpu_api import make_accelerator, make_api
+from grader.probe.vgpu_autograd import install_autograd
+from grader.probe.vgpu_dist import install_distributed
+from grader.probe.vgpu_parallel import make_comm, make_parallel_apply
+from grader.probe.vgpu_serialization import install_serialization
+
+# CUDA_VISIBLE_DEVICES as the first process of the command found it ("(unset)": not set),
+# passed on to its children: a program's own setting is told apart from the machine's.
+INHERITED_VISIBLE = "GRADER_VIRTUAL_INHERITED_VISIBLE_DEVICES"
+UNSET = "(unset)"
 
 
-def _own(value: object) -> object:
-    """A function object of its own for each patched name: torch._dynamo refuses one object
-    that stands under two torch names (it files every torch function under a rule)."""
-    if isinstance(value, type) or not callable(value):
-        return value
-
-    def patched(*args: object, **kwargs: object) -> object:
-        return value(*args, **kwargs)
-
-    return patched
+def _inherited_visible() -> str | None:
+    value = os.environ.setdefault(INHERITED_VISIBLE, os.environ.get(VISIBLE, UNSET))
+    return None if value == UNSET else value
 
 
-def _gloo_for_nccl() -> None:
-    """init_process_group("nccl") runs on gloo: NCCL needs real GPUs, gloo does the same
-    collectives on the CPU tensors behind the virtual devices."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
+def _patch_cuda(vcuda: VirtualCuda) -> dict:
+    """torch.cuda (and its submodules that define the same names) and torch.accelerator; returns the torch.cuda replacements."""
+    api = make_api(vcuda)
+    for name, value in api.items():
+        setattr(torch.cuda, name, own_function(value))
+        for submodule in ("memory", "random", "streams"):
+            home = getattr(torch.cuda, submodule, None)
+            if home is not None and hasattr(home, name):
+                setattr(home, name, own_function(value))
+    nvtx = getattr(torch.cuda, "nvtx", None)
+    for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
+        if nvtx is not None and hasattr(nvtx, name):
+            setattr(nvtx, name, lambda *args, **kwargs: 0)
+    for name, value in make_accelerator(vcuda, api).items():
+        setattr(torch._C, name, own_function(value))
+    return api
 
-    original = c10d.init_process_group
 
-    def init_process_group(backend=None, *args, **kwargs):
-        if backend is not None and "nccl" in str(backend):
-            backend = "gloo"
-            kwargs.pop("device_id", None)
-        return original(backend, *args, **kwargs)
+def _patch_data_parallel(vcuda: VirtualCuda, api: dict) -> None:
+    """DataParallel's CUDA-only pieces (grader.probe.vgpu_parallel)."""
+    comm = sys.modules["torch.nn.parallel.comm"]
+    for name, value in make_comm(vcuda).items():
+        setattr(comm, name, value)
+    sys.modules["torch.nn.parallel._functions"]._get_stream = lambda device: api["Stream"](device)
+    apply = make_parallel_apply(vcuda)
+    for home in (sys.modules["torch.nn.parallel.parallel_apply"], sys.modules["torch.nn.parallel.data_parallel"], torch.nn.parallel):
+        home.parallel_apply = apply
 
-    c10d.init_process_group = dist.init_process_group = init_process_group
+
+EAGER = (
+    "torch.compile on virtual GPUs: the model runs eagerly (compiling for CUDA, into Triton kernels, is not emulated); "
+    "its results are the same, its speed is not"
+)
+
+
+def _eager_compile(compile_: Callable) -> Callable:
+    """torch.compile that returns what it is given, with a warning: inductor would compile the
+    virtual devices' work for CUDA, which this machine cannot run."""
+
+    @functools.wraps(compile_)
+    def compile(model: Callable | None = None, *args: Any, **kwargs: Any) -> Any:
+        warnings.warn(EAGER, stacklevel=2)
+        return (lambda fn: fn) if model is None else model
+
+    return compile
 
 
 def install(count: int) -> VirtualCuda:
     """Make this process see `count` CUDA devices backed by its CPU; returns their state.
 
     The torch-function mode is entered in the calling thread and in every thread started
-    afterwards; torch.cuda, nn.Parameter and DataParallel's CUDA-only pieces are replaced for
-    the rest of the process's life; "nccl" process groups run on gloo. torch.accelerator is left alone: it keeps reporting no
-    accelerator, which keeps torch's internals off their stream-based copy paths."""
-    vcuda = VirtualCuda(count)
-    api = make_api(vcuda)
-    for name, value in api.items():
-        setattr(torch.cuda, name, _own(value))
-        for submodule in ("memory", "random", "streams"):
-            home = getattr(torch.cuda, submodule, None)
-            if home is not None and hasattr(home, name):
-                setattr(home, name, _own(value))
-    nvtx = getattr(torch.cuda, "nvtx", None)
-    for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
-        if nvtx is not None and hasattr(nvtx, name):
-            setattr(nvtx, name, lambda *args, **kwargs: 0)
+    afterwards; torch.cuda, torch.accelerator, nn.Parameter, serialization, the autograd
+    engine's callbacks, CUDA autocast, torch.compile (eager, with a warning) and DataParallel's
+    CUDA-only pieces are replaced for the rest of the process's life; process groups that would
+    use NCCL run on gloo."""
+    vcuda = VirtualCuda(count, _inherited_visible())
+    api = _patch_cuda(vcuda)
     torch.nn.Parameter.__new__ = staticmethod(parameter_new(vcuda, torch.nn.Parameter.__new__))
-
-    comm = sys.modules["torch.nn.parallel.comm"]
-    for name, value in make_comm(vcuda).items():
-        setattr(comm, name, value)
-    functions = sys.modules["torch.nn.parallel._functions"]
-    functions._get_stream = lambda device: None
-    for name, device_attribute in (("Gather", "target_device"), ("Scatter", None), ("Broadcast", None), ("ReduceAddCoalesced", None)):
-        function = getattr(functions, name)
-        function.backward = staticmethod(backward_in_mode(vcuda, function.backward, device_attribute))
-    apply = make_parallel_apply(vcuda)
-    for home in (sys.modules["torch.nn.parallel.parallel_apply"], sys.modules["torch.nn.parallel.data_parallel"], torch.nn.parallel):
-        home.parallel_apply = apply
+    _patch_data_parallel(vcuda, api)
+    install_serialization(vcuda)
+    install_autograd(vcuda)
+    install_autocast()
+    install_distributed()
+    torch.compile = _eager_compile(torch.compile)
 
     bootstrap = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
 
@@ -81,6 +105,12 @@ def install(count: int) -> VirtualCuda:
             bootstrap(thread)
 
     threading.Thread._bootstrap_inner = bootstrap_in_mode  # type: ignore[attr-defined]
-    _gloo_for_nccl()
     vcuda.mode.__enter__()
+    # Every gloo work keeps the thread-local state of the call that made it, this mode among it,
+    # and gloo's worker thread drops it when the work is destroyed. A process group kept alive
+    # by a reference cycle (a DDP model's) is otherwise destroyed by Python's final garbage
+    # collection, and a worker that then needs the interpreter to drop the mode aborts the
+    # process ("terminate called without an active exception"). Collecting at exit, while
+    # the interpreter still runs, ends them first.
+    atexit.register(gc.collect)
     return vcuda

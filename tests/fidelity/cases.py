@@ -11,9 +11,13 @@ from PyTorch's sources and measurements (shared/notes/facts.md), are in test_fid
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+import tempfile
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 CASES = []
@@ -196,6 +200,191 @@ def timing_events():
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) >= 0
+
+
+@case(needs=2)
+def every_way_of_naming_a_device():
+    """An int, a string, a torch.device; positional or keyword; Module.to, Tensor.to, cuda(), factories."""
+    def where(module):
+        return str(next(module.parameters()).device)
+
+    return {
+        "Module.to(1)": where(nn.Linear(2, 2).to(1)),
+        "Module.to(device=1)": where(nn.Linear(2, 2).to(device=1)),
+        "Module.to(device='cuda:1')": where(nn.Linear(2, 2).to(device="cuda:1")),
+        "Module.to(device=torch.device)": where(nn.Linear(2, 2).to(device=torch.device("cuda", 1))),
+        "Module.to(torch.device, dtype)": where(nn.Linear(2, 2).to(torch.device("cuda:1"), torch.float64)),
+        "Module.cuda(1)": where(nn.Linear(2, 2).cuda(1)),
+        "Module.to_empty(device=1)": where(nn.Linear(2, 2).to_empty(device=1)),
+        "Tensor.to(1)": str(torch.ones(1).to(1).device),
+        "Tensor.to(device=1)": str(torch.ones(1).to(device=1).device),
+        "Tensor.cuda(device=1)": str(torch.ones(1).cuda(device=1).device),
+        "zeros(device=1)": str(torch.zeros(1, device=1).device),
+        "new_ones(device=1)": str(torch.ones(1).new_ones(2, device=1).device),
+    }
+
+
+@case(needs=2)
+def module_moved_by_keyword_trains_there():
+    model = nn.Linear(4, 2).to(device="cuda:1")
+    out = model(torch.randn(3, 4, device="cuda:1"))
+    out.sum().backward()
+    return [str(out.device), str(model.weight.grad.device)]
+
+
+@case(needs=2)
+def default_device_set_by_the_program():
+    torch.set_default_device("cuda:1")
+    try:
+        return [str(torch.ones(1).device), str(nn.Linear(2, 2).weight.device), str(torch.get_default_device())]
+    finally:
+        torch.set_default_device(None)
+
+
+def save_and_load(saved_on: str, **load: object) -> list[str]:
+    """Save a model's state dict from `saved_on`, load it back with `load`; the devices found."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "checkpoint.pt")
+        torch.save({"model": nn.Linear(2, 2).to(saved_on).state_dict(), "step": 3}, path)
+        loaded = torch.load(path, **load)
+    return sorted({str(t.device) for t in loaded["model"].values()})
+
+
+@case(needs=2)
+def checkpoint_map_location_in_every_form():
+    return {
+        "none": save_and_load("cuda:1"),
+        "'cuda:1'": save_and_load("cuda:0", map_location="cuda:1"),
+        "torch.device": save_and_load("cuda:0", map_location=torch.device("cuda", 1)),
+        "dict": save_and_load("cuda:0", map_location={"cuda:0": "cuda:1"}),
+        "function": save_and_load("cuda:0", map_location=lambda storage, location: storage.cuda(1)),
+        "'cpu'": save_and_load("cuda:1", map_location="cpu"),
+        "identity": save_and_load("cuda:1", map_location=lambda storage, location: storage),
+        "saved on cpu": save_and_load("cpu"),
+    }
+
+
+@case(needs=1)
+def checkpoint_onto_a_missing_gpu():
+    save_and_load("cuda:0", map_location={"cuda:0": f"cuda:{torch.cuda.device_count()}"})
+
+
+class TimesTwo(torch.autograd.Function):
+    """A custom autograd Function whose backward looks at its gradient's device and moves it."""
+
+    seen: list = []
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        TimesTwo.seen.append(str(grad.device))
+        return grad.to("cuda:1") * 2
+
+
+@case(needs=2)
+def custom_function_backward_on_the_gpu():
+    TimesTwo.seen = []
+    x = torch.ones(3, device="cuda:1", requires_grad=True)
+    TimesTwo.apply(x).sum().backward()
+    return [TimesTwo.seen, str(x.grad.device), x.grad.tolist()]
+
+
+@case(needs=2)
+def gradient_hooks_see_the_gpu():
+    seen = []
+    x = torch.ones(3, device="cuda:1", requires_grad=True)
+    y = x * 3
+    y.register_hook(lambda grad: seen.append(["tensor hook", str(grad.device)]))
+    layer = nn.Linear(3, 1).to("cuda:1")
+    layer.register_full_backward_hook(lambda module, grad_in, grad_out: seen.append(["module hook", str(grad_out[0].device)]))
+    layer(y).sum().backward()
+    return sorted(seen)
+
+
+@case(needs=2)
+def accelerator_queries():
+    acc = torch.accelerator
+    torch.cuda.set_device(0)
+    before = acc.current_device_index()
+    acc.set_device_index(1)
+    after = [acc.current_device_index(), torch.cuda.current_device()]
+    with acc.device_index(0):
+        inside = acc.current_device_index()
+    torch.cuda.set_device(0)
+    return {
+        "available": acc.is_available(),
+        "count": acc.device_count() == torch.cuda.device_count(),
+        "accelerator": str(acc.current_accelerator()),
+        "module": torch.get_device_module().__name__,
+        "backend": dist.get_default_backend_for_device(acc.current_accelerator()),
+        "index": [before, after, inside],
+    }
+
+
+def exchange_between_ranks(rank: int, folder: str) -> None:
+    """One of two ranks: a process group with no backend named, a point-to-point exchange and an all-reduce on its GPU."""
+    dist.init_process_group(init_method=f"file://{folder}/store", rank=rank, world_size=2)
+    torch.cuda.set_device(rank)
+    mine, theirs = torch.full((2,), float(rank), device=f"cuda:{rank}"), torch.zeros(2, device=f"cuda:{rank}")
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank), dist.P2POp(dist.irecv, theirs, 1 - rank)]):
+        work.wait()
+    dist.all_reduce(mine)
+    with open(os.path.join(folder, f"rank{rank}.json"), "w") as out:
+        json.dump([str(theirs.device), theirs.tolist(), mine.tolist()], out)
+    dist.destroy_process_group()
+
+
+@case(needs=2)
+def unnamed_backend_between_two_ranks():
+    """init_process_group() with no backend named: a CUDA build picks the accelerator's backend."""
+    with tempfile.TemporaryDirectory() as folder:
+        torch.multiprocessing.spawn(exchange_between_ranks, args=(folder,), nprocs=2)
+        return [json.load(open(os.path.join(folder, f"rank{rank}.json"))) for rank in range(2)]
+
+
+@case(needs=2)
+def visible_devices_set_by_the_program():
+    """CUDA_VISIBLE_DEVICES set by the program before its first CUDA call picks the GPUs it sees."""
+    program = (
+        "import os; os.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"
+        "import torch\n"
+        "print(torch.cuda.device_count(), torch.ones(1).cuda().device)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
+
+@case(needs=2)
+def linear_input_on_another_gpu():
+    nn.Linear(2, 2).to("cuda:0")(torch.randn(3, 2, device="cuda:1"))
+
+
+@case(needs=1)
+def linear_without_bias_input_on_cpu():
+    nn.Linear(2, 2, bias=False).to("cuda:0")(torch.randn(3, 2))
+
+
+@case(needs=1)
+def embedding_indices_on_cpu():
+    nn.Embedding(10, 4).to("cuda:0")(torch.tensor([1, 2]))
+
+
+@case(needs=1)
+def cross_entropy_target_on_cpu():
+    nn.functional.cross_entropy(torch.randn(3, 5, device="cuda:0"), torch.tensor([0, 1, 2]))
+
+
+@case(needs=1)
+def cpu_tensor_meets_gpu_tensor():
+    torch.ones(3) + torch.ones(3, device="cuda:0")
+
+
+@case(needs=1)
+def conv_input_on_cpu():
+    nn.Conv2d(1, 1, 3).to("cuda:0")(torch.randn(1, 1, 5, 5))
 
 
 def main() -> None:

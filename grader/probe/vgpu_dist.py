@@ -1,0 +1,105 @@
+"""torch.distributed on virtual GPUs: what would run on NCCL runs on gloo.
+
+NCCL needs real GPUs; gloo does the same collectives on the CPU tensors behind the virtual
+devices (its process groups serve "cpu" and "cuda" tensors alike). init_process_group is
+replaced everywhere torch holds it (DeviceMesh calls it by its own name):
+
+  * a backend that is or includes NCCL ("nccl", "cpu:gloo,cuda:nccl") becomes "gloo";
+  * no backend: on a CUDA build torch picks NCCL for the accelerator (and DeviceMesh calls
+    init_process_group() so), so it becomes "gloo" too;
+  * device_id: torch validates it against the virtual devices, as on CUDA (an int names
+    cuda:k), and binds the group to it.
+
+dist.get_backend() then answers "gloo": NCCL itself is not emulated.
+
+DTensor (tensor parallelism, FSDP2) runs its ops in C++ and Python below the torch-function
+mode, on the CPU tensors behind the virtual devices. A DTensor on a "cuda" mesh reports its
+rank's GPU (grader.probe.vgpu); where DTensor's own code would make CUDA tensors from the
+mesh's device type, it works as on a CPU mesh:
+
+  * sharding propagation runs each op on fake tensors of the mesh's device type: CPU ones here
+    (only their shapes, strides and dtypes are used);
+  * random ops draw from each rank's CPU generator: DTensor's CUDA RNG tracker offsets the
+    Philox state of a real GPU's generator, which the virtual devices do not have;
+  * scaled_dot_product_attention runs the CPU's flash-attention kernel, for which DTensor has
+    no sharding strategy: it gets the ones DTensor has for CUDA's (replicated, sharded on the
+    heads or on the batch), so that tensor-parallel attention works as on GPUs.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+import torch.distributed.distributed_c10d as c10d
+
+from grader.probe.patching import after_import, replace_in_torch
+
+
+def gloo_backend(backend: Any) -> Any:
+    """The backend that runs `backend` here: gloo where NCCL (named or implied) would run."""
+    if backend is None or str(backend).lower() in ("undefined", "") or "nccl" in str(backend).lower():
+        return "gloo"
+    return backend
+
+
+def _on_gloo(original: Callable) -> Callable:
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return original(gloo_backend(backend), *args, **kwargs)
+
+    return init_process_group
+
+
+def _like_a_cpu_mesh(dtensor: ModuleType) -> None:
+    """DTensor's fake tensors and random ops on a cuda mesh as on a CPU mesh."""
+    random, schema = dtensor._random, dtensor._op_schema
+    supported = random.is_rng_supported_mesh
+    replace_in_torch(random, "is_rng_supported_mesh", lambda device_mesh: device_mesh.device_type != "cuda" and supported(device_mesh))
+
+    def fake_tensor(arg: Any) -> Any:
+        if arg.tensor_meta is None:
+            raise AssertionError("DTensorSpec does not contain tensor_meta.")
+        meta = arg.tensor_meta
+        device = "cpu" if arg.mesh.device_type == "cuda" else arg.mesh.device_type
+        return torch.empty_strided(meta.shape, meta.stride, dtype=meta.dtype, device=device)
+
+    replace_in_torch(schema, "_rebuild_tensor_from_dtensor_meta", fake_tensor)
+    _cpu_attention_strategies()
+
+
+def _sharded_attention(outputs: int, sharded: int) -> Callable:
+    """A DTensor sharding strategy for an attention op with `outputs` outputs whose first
+    `sharded` tensor inputs share the outputs' sharding (other inputs, an attention mask, are
+    replicated): all replicated, or all sharded on the heads (dim 1), or on the batch (dim 0)."""
+    from torch.distributed.tensor._op_schema import OpStrategy
+    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    def strategy(op_schema: Any) -> Any:
+        inputs = [s for s in (*op_schema.args_schema, *op_schema.kwargs_schema.values()) if isinstance(s, OpStrategy)]
+        others = [Replicate()] * (len(inputs) - sharded)
+        placements = [[Replicate()] * (outputs + len(inputs))] + [[Shard(dim)] * (outputs + sharded) + others for dim in (1, 0)]
+        return expand_to_full_mesh_op_strategy(op_schema.get_mesh_from_args(), op_schema, placements, input_index=outputs)
+
+    return strategy
+
+
+def _cpu_attention_strategies() -> None:
+    """Sharding strategies for the CPU's flash attention, forward and backward."""
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+    from torch.distributed.tensor._ops.utils import register_op_strategy
+
+    aten = torch.ops.aten
+    register_op_strategy(aten._scaled_dot_product_flash_attention_for_cpu.default, schema_info=RuntimeSchemaInfo(3))(
+        _sharded_attention(2, 3)
+    )
+    register_op_strategy(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, schema_info=RuntimeSchemaInfo(6))(
+        _sharded_attention(3, 6)
+    )
+
+
+def install_distributed() -> None:
+    """Run NCCL's process groups on gloo, DTensor's random ops as on the CPU (see the module docstring)."""
+    replace_in_torch(c10d, "init_process_group", _on_gloo(c10d.init_process_group))
+    after_import("torch.distributed.tensor", _like_a_cpu_mesh)
