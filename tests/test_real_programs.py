@@ -1,0 +1,398 @@
+"""Real programs on virtual GPUs: PyTorch's tutorials and examples and nanoGPT's trainer, as
+students copy them (tests/real_programs/: each file names its origin, licence and what was
+changed for a CPU machine, never a virtual-GPU gap).
+
+Each program runs as its authors launch it — python (mp.spawn inside), torchrun on one node,
+torchrun on two nodes, a second launch that resumes from the first one's checkpoint — under
+`python -m grader run --virtual-gpus N`, and its output is compared with the output its
+authors document. A few also run under `python -m grader observe`. On a machine with enough
+CUDA GPUs the same launches run on the real devices (gpu-marked), against the same
+expectations (where CUDA's answer differs from the virtual GPUs' — NCCL's name — both are
+written down).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from helpers import ROOT
+
+pytestmark = pytest.mark.slow
+
+PROGRAMS = Path(__file__).parent / "real_programs"
+PYTHON = (sys.executable,)
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone")
+
+
+@dataclass(frozen=True)
+class Program:
+    """A real program: its folder, the GPUs it needs, its launches and what each must print."""
+
+    name: str
+    folder: str
+    gpus: int
+    launches: tuple[tuple[str, ...], ...]  # each run in turn, in one working folder
+    expect: Callable[[list[str], bool, Path], None]  # (outputs of the launches, on virtual GPUs?, the folder) -> asserts
+    data: Callable[[Path], None] = field(default=lambda folder: None)  # files the program reads, written first
+    observed: Callable[[str], None] | None = None  # if set: the first launch runs under `grader observe`, this checks its report
+
+
+def contains(text: str, *fragments: str) -> None:
+    missing = [fragment for fragment in fragments if fragment not in text]
+    assert not missing, f"missing {missing} in:\n{text[-4000:]}"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch(command: tuple[str, ...], folder: Path, grader: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """One launch, in `folder`, under the grader's command `grader` (none: plainly); it must succeed."""
+    env = {**_environment(), "MASTER_PORT": str(free_port()), "TMPDIR": str(folder), "PYTHONPATH": str(ROOT)}
+    prefix = (sys.executable, "-m", "grader", *grader, "--") if grader else ()
+    done = subprocess.run([*prefix, *command], cwd=folder, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return done
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment without the grader's own variables (a test may run under it)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}
+
+
+def run_program(program: Program, tmp_path: Path, virtual: bool) -> Path:
+    """The program's launches in a copy of its folder, checked by its expectations; the folder.
+    On virtual GPUs a program with report checks has its first launch observed."""
+    folder = tmp_path / program.name
+    shutil.copytree(PROGRAMS / program.folder, folder)
+    program.data(folder)
+    outputs = []
+    for number, command in enumerate(program.launches):
+        observed = virtual and number == 0 and program.observed is not None
+        grader = ("observe", "--out", str(tmp_path / "observed")) if observed else ("run",)
+        done = launch(command, folder, (*grader, "--virtual-gpus", str(program.gpus)) if virtual else ())
+        if observed:
+            program.observed(done.stdout[done.stdout.index("== observe:") :])
+        outputs.append(done.stdout + done.stderr)
+    program.expect(outputs, virtual, folder)
+    return folder
+
+
+# ------------------------------------------------------------------ expectations
+def ddp_tutorial(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """The tutorial's three demos, on every rank (their lines may interleave: they print at once)."""
+    contains(
+        outputs[0],
+        *(f"Running {what} example on rank {rank}." for what in ("basic DDP", "DDP checkpoint") for rank in (0, 1)),
+        "Running DDP with model parallel example on rank 0.",
+    )
+
+
+def elastic_ddp(outputs: list[str], virtual: bool, folder: Path) -> None:
+    contains(outputs[0], "Start running basic DDP example on rank 0.", "Start running basic DDP example on rank 1.")
+
+
+def multigpu(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """The series' documented log: 2048 samples over 2 GPUs in batches of 32 are 32 steps an
+    epoch. The checkpoint records cuda:0, as CUDA's does: without CUDA it loads only when mapped
+    to the CPU (the error otherwise is torch's own for CUDA checkpoints)."""
+    import torch
+
+    contains(
+        outputs[0],
+        *(f"[GPU{rank}] Epoch {epoch} | Batchsize: 32 | Steps: 32" for rank in (0, 1) for epoch in (0, 1)),
+        "Epoch 0 | Training checkpoint saved at checkpoint.pt",
+        "Epoch 1 | Training checkpoint saved at checkpoint.pt",
+    )
+    assert set(torch.load(folder / "checkpoint.pt", map_location="cpu")) == {"weight", "bias"}
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device"):
+            torch.load(folder / "checkpoint.pt")
+
+
+def torchrun_resume(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """A second launch loads the first one's snapshot onto its own GPU (map_location=f"cuda:{local_rank}")
+    and goes on from the epoch it records (the last one saved, which it runs again)."""
+    first, second = outputs
+    contains(
+        first,
+        "[GPU0] Epoch 0 | Batchsize: 32 | Steps: 32",
+        "[GPU1] Epoch 1 | Batchsize: 32 | Steps: 32",
+        "Epoch 1 | Training snapshot saved at snapshot.pt",
+    )
+    assert second.count("Loading snapshot") == 2 and second.count("Resuming training from snapshot at Epoch 1") == 2, second
+    contains(
+        second,
+        "[GPU0] Epoch 1 | Batchsize: 32 | Steps: 32",
+        "[GPU1] Epoch 3 | Batchsize: 32 | Steps: 32",
+        "Epoch 3 | Training snapshot saved at snapshot.pt",
+    )
+    assert "Epoch 0 |" not in second
+
+
+def ddp_example(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """README's example output; NCCL runs on gloo on virtual GPUs, and dist.get_backend() says so."""
+    backend = "gloo" if virtual else "nccl"
+    for rank in (0, 1):
+        assert re.search(rf"\[\d+\]: world_size = 2, rank = {rank}, backend={backend}", outputs[0]), outputs[0]
+        assert re.search(rf"\[\d+\] rank = {rank}, world_size = 2", outputs[0]), outputs[0]
+        contains(outputs[0], f"training completed in rank {rank}!")
+    assert "Unable to locate sufficient" not in outputs[0]
+
+
+def model_parallel(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """The outputs are on cuda:1, where the labels must be moved (the tutorial's point)."""
+    contains(
+        outputs[0],
+        "ToyModel: outputs on cuda:1",
+        "Model Parallel: outputs (12, 10) on cuda:1",
+        "Pipelining Model Parallel: outputs (12, 10) on cuda:1",
+    )
+
+
+def data_parallel_batches(output: str) -> list[list[str]]:
+    """The tutorial's output as batches: the sorted "In Model" sizes, then the "Outside" line."""
+    batches, inside = [], []
+    for line in output.splitlines():
+        if "In Model: input size" in line:
+            inside.append(line.strip())
+        elif line.startswith("Outside: input size"):
+            batches.append(sorted(inside) + [line])
+            inside = []
+    return batches
+
+
+def documented_data_parallel(rows: list[list[int]]) -> list[list[str]]:
+    """The tutorial's documented output for batches of 30, 30, 30, 10 rows split as `rows`."""
+
+    def inside(n: int) -> str:
+        return f"In Model: input size torch.Size([{n}, 5]) output size torch.Size([{n}, 2])"
+
+    return [
+        sorted(inside(n) for n in split) + [f"Outside: input size torch.Size([{sum(split)}, 5]) output_size torch.Size([{sum(split)}, 2])"]
+        for split in rows
+    ]
+
+
+def data_parallel_on(gpus: int, rows: list[list[int]]) -> Callable[[list[str], bool, Path], None]:
+    def expect(outputs: list[str], virtual: bool, folder: Path) -> None:
+        contains(outputs[0], f"Let's use {gpus} GPUs!")
+        assert data_parallel_batches(outputs[0]) == documented_data_parallel(rows)
+
+    return expect
+
+
+def pipelining(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """Rank 1 (the last stage) prints the 4 micro-batches' losses, tensors on its GPU."""
+    line = next(line for line in outputs[0].splitlines() if line.startswith("losses: ["))
+    assert line.count("tensor(") == 4 and line.count("device='cuda:1'") == 4, line
+
+
+def tensor_parallel(kind: str) -> Callable[[list[str], bool, Path], None]:
+    def expect(outputs: list[str], virtual: bool, folder: Path) -> None:
+        contains(
+            outputs[0],
+            "Device Mesh created: device_mesh=DeviceMesh((2,), 'cuda'",
+            f"{kind} iter 9 completed",
+            f"{kind} training completed!",
+        )
+
+    return expect
+
+
+def fsdp_tp(outputs: list[str], virtual: bool, folder: Path) -> None:
+    contains(
+        outputs[0],
+        "Device Mesh created: device_mesh=DeviceMesh((dp=2, tp=2), 'cuda'",
+        "2D iter 9 complete",
+        "2D training successfully completed!",
+    )
+    assert all(f"Starting PyTorch 2D (FSDP + TP) example on rank {rank}." in outputs[0] for rank in range(4))
+
+
+def fsdp2(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """README: the first launch saves checkpoints, the second (mixed precision, prefetching) loads them."""
+    first, second = outputs
+    contains(first, "Running on rank 0 on device cuda:0", "Running on rank 1 on device cuda:1", "FSDPTransformer(")
+    assert "Loading checkpoint" not in first
+    assert second.count("Loading checkpoint") == 2, second
+
+
+def nanogpt(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """train.py's log; the second launch resumes at iteration 4 from the checkpoint saved there."""
+    first, second = outputs
+    contains(first, "tokens per iteration will be: 512", "using fused AdamW: True", "compiling the model", "saving checkpoint to out")
+    if virtual:
+        contains(first, "torch.compile on virtual GPUs: the model runs eagerly")
+    assert re.search(r"step 0: train loss \d\.\d{4}, val loss \d\.\d{4}", first) and re.search(
+        r"iter 4: loss \d\.\d{4}, time [\d.]+ms", first
+    )
+    contains(second, "Resuming training from out", "step 4: train loss")
+    assert re.search(r"iter 6: loss \d\.\d{4}", second) and not re.search(r"iter [0-3]: loss", second)
+
+
+def mesh_process_groups(report: str) -> None:
+    """init_device_mesh calls init_process_group itself (no backend named): each rank's group is reported."""
+    assert report.count("process group gloo") == 2, report
+    for rank in (0, 1):
+        assert f"rank {rank} · local rank {rank} · world size 2 · device cuda:{rank}" in report, report
+
+
+def gradient_accumulation(report: str) -> None:
+    """nanoGPT turns DDP's all-reduce off but on the last of its 2 micro-steps a rank."""
+    assert report.count("process group gloo (asked for nccl)") == 2, report
+    assert report.count("only during the last of the 2 backward passes of a step") == 2, report
+
+
+def shakespeare_char(folder: Path) -> None:
+    """nanoGPT's data, as its prepare.py writes it (synthetic tokens here: no network)."""
+    subprocess.run([sys.executable, "data/shakespeare_char/prepare.py"], cwd=folder, check=True, capture_output=True, timeout=120)
+
+
+PROGRAMS_RUN = (
+    Program("ddp_tutorial_mp_spawn", "ddp_tutorial", 2, ((*PYTHON, "ddp_tutorial.py"),), ddp_tutorial),
+    Program("ddp_tutorial_torchrun", "elastic_ddp", 2, ((*TORCHRUN, "--nproc_per_node=2", "elastic_ddp.py"),), elastic_ddp),
+    Program("ddp_series_mp_spawn", "ddp_series", 2, ((*PYTHON, "multigpu.py", "2", "1"),), multigpu),
+    Program(
+        "ddp_series_torchrun_resume",
+        "ddp_series",
+        2,
+        ((*TORCHRUN, "--nproc_per_node=2", "multinode.py", "2", "1"), (*TORCHRUN, "--nproc_per_node=2", "multinode.py", "4", "1")),
+        torchrun_resume,
+    ),
+    Program("ddp_example_accelerator_api", "ddp_example", 2, ((*TORCHRUN, "--nproc_per_node=2", "example.py"),), ddp_example),
+    Program("model_parallel_tutorial", "model_parallel", 2, ((*PYTHON, "model_parallel.py"),), model_parallel),
+    Program(
+        "dataparallel_tutorial_3_gpus",
+        "dataparallel_tutorial",
+        3,
+        ((*PYTHON, "data_parallel_tutorial.py"),),
+        data_parallel_on(3, [[10, 10, 10]] * 3 + [[4, 4, 2]]),
+    ),
+    Program(
+        "dataparallel_tutorial_8_gpus",
+        "dataparallel_tutorial",
+        8,
+        ((*PYTHON, "data_parallel_tutorial.py"),),
+        data_parallel_on(8, [[4] * 7 + [2]] * 3 + [[2] * 5]),
+    ),
+    Program(
+        "pipelining_tutorial_no_backend",
+        "pipelining_tutorial",
+        2,
+        ((*TORCHRUN, "--nproc_per_node=2", "pipelining_tutorial.py"),),
+        pipelining,
+    ),
+    Program(
+        "tensor_parallel_example_observed",
+        "tensor_parallel",
+        2,
+        ((*TORCHRUN, "--nproc_per_node=2", "tensor_parallel_example.py"),),
+        tensor_parallel("Tensor Parallel"),
+        observed=mesh_process_groups,
+    ),
+    Program(
+        "sequence_parallel_example",
+        "tensor_parallel",
+        2,
+        ((*TORCHRUN, "--nproc_per_node=2", "sequence_parallel_example.py"),),
+        tensor_parallel("Sequence Parallel"),
+    ),
+    Program("fsdp_tp_2d_example", "tensor_parallel", 4, ((*TORCHRUN, "--nproc_per_node=4", "fsdp_tp_example.py"),), fsdp_tp),
+    Program(
+        "fsdp2_example_resume",
+        "fsdp2",
+        2,
+        (
+            (*TORCHRUN, "--nproc_per_node=2", "example.py"),
+            (*TORCHRUN, "--nproc_per_node=2", "example.py", "--mixed-precision", "--explicit-prefetching"),
+        ),
+        fsdp2,
+    ),
+    Program(
+        "nanogpt_ddp_resume",
+        "nanogpt",
+        2,
+        (
+            (*TORCHRUN, "--nproc_per_node=2", "train.py"),
+            (*TORCHRUN, "--nproc_per_node=2", "train.py", "--init_from=resume", "--max_iters=6"),
+        ),
+        nanogpt,
+        shakespeare_char,
+        observed=gradient_accumulation,
+    ),
+)
+
+
+@pytest.mark.parametrize("program", PROGRAMS_RUN, ids=[p.name for p in PROGRAMS_RUN])
+def test_on_virtual_gpus(program: Program, tmp_path: Path) -> None:
+    run_program(program, tmp_path, virtual=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("program", PROGRAMS_RUN, ids=[p.name for p in PROGRAMS_RUN])
+def test_on_real_gpus(program: Program, tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.device_count() < program.gpus:
+        pytest.skip(f"needs {program.gpus} GPUs, {torch.cuda.device_count()} here")
+    run_program(program, tmp_path, virtual=False)
+
+
+def test_the_ddp_series_on_two_nodes_of_two_gpus(tmp_path: Path) -> None:
+    """multinode.py as its tutorial runs it: torchrun on each of two nodes (here two launchers
+    on one machine, each node with its own 2 virtual GPUs); global ranks 0-3, local ranks 0-1."""
+    folder = tmp_path / "multinode"
+    shutil.copytree(PROGRAMS / "ddp_series", folder)
+    port = free_port()
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "grader",
+                "run",
+                "--virtual-gpus",
+                "2",
+                "--",
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                f"--node_rank={node}",
+                "--nproc_per_node=2",
+                "--master_addr=127.0.0.1",
+                f"--master_port={port}",
+                "multinode.py",
+                "1",
+                "1",
+            ],
+            cwd=folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**_environment(), "PYTHONPATH": str(ROOT)},
+        )
+        for node in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=240)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    contains(
+        outputs[0],
+        "[GPU0] Epoch 0 | Batchsize: 32 | Steps: 16",
+        "[GPU1] Epoch 0 | Batchsize: 32 | Steps: 16",
+        "Epoch 0 | Training snapshot saved at snapshot.pt",
+    )
+    contains(outputs[1], "[GPU2] Epoch 0 | Batchsize: 32 | Steps: 16", "[GPU3] Epoch 0 | Batchsize: 32 | Steps: 16")
