@@ -60,3 +60,15 @@ VARIANTS = (
         {"clean_exit": "mat1 is on cuda:0, different from other tensors on cuda:2 (when checking argument in method wrapper_CUDA_addmm) at p10_hybrid.py:"},
     ),
 )
+
+
+# Correct, written as PyTorch's DDP tutorial writes its model-parallel demo (ToyMpModel(dev0,
+# dev1) with int devices): self.stage1.to(local_rank), activation.to(local_rank + 2). It loses nothing.
+TUTORIAL_VARIANT = Variant(
+    "tutorial_int_devices",
+    (
+        (SCRIPT, 'stage1_device = torch.device(f"cuda:{local_rank}")', "stage1_device = local_rank  # ints, as in PyTorch's DDP tutorial"),
+        (SCRIPT, STAGE2, "stage2_device = local_rank + local_world_size"),
+    ),
+    frozenset(),
+)

@@ -89,3 +89,16 @@ SLOW_VARIANT = Variant(
     frozenset({"efficiency"}),
     {"efficiency": "above the 1.2× allowed"},
 )
+
+
+# Correct, written as PyTorch's DDP tutorial writes it: the GPU named by an int (device =
+# local_rank, so model.to(local_rank) and x.to(local_rank)). CUDA takes an int for cuda:k; so
+# must the virtual GPUs of the 2x2 run: it loses nothing.
+TUTORIAL_VARIANT = Variant(
+    "tutorial_int_devices",
+    (
+        (SCRIPT, 'device = torch.device(f"cuda:{local_rank}")', "device = local_rank  # an int, as in PyTorch's DDP tutorial"),
+        (SCRIPT, WRAP, WRAP.replace('device.type == "cuda"', "torch.cuda.is_available()")),
+    ),
+    frozenset(),
+)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, assert_loses_exactly, checks_by_id, grade_in_process, run_cli
-from p10_variants import ALL_CHECKS, VARIANTS
+from p10_variants import ALL_CHECKS, TUTORIAL_VARIANT, VARIANTS
 from variants import Variant
 
 pytestmark = pytest.mark.slow
@@ -21,6 +21,15 @@ def test_reference_solution_gets_full_marks(tmp_path: Path, capsys: pytest.Captu
     assert "main (1 node × 2 ranks, 4 virtual GPUs): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3" in checks["stage_placement"]["output"]
     assert "2x2 (2 nodes × 2 ranks, 4 virtual GPUs each): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3, rank 2→cuda:0+cuda:2" in checks["stage_placement"]["output"]
     assert checks["sync_pattern"]["extra_data"]["allreduce_per_micro_batch"] == {"main": [0, 0, 0, 1], "uneven": [0, 0, 0, 1]}
+
+
+def test_a_submission_with_int_devices_like_pytorchs_ddp_tutorial_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """self.stage1.to(local_rank): an int names the GPU, on virtual GPUs as on CUDA."""
+    results = grade_in_process("p10", TUTORIAL_VARIANT.write(tmp_path / "tutorial", "p10"), tmp_path / "r.json", timed=True)
+    capsys.readouterr()
+    assert results["score"] == 20, {k: v["output"] for k, v in checks_by_id(results).items() if v["status"] == "failed"}
+    placement = checks_by_id(results)["stage_placement"]["output"]
+    assert "main (1 node × 2 ranks, 4 virtual GPUs): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3" in placement
 
 
 @pytest.mark.parametrize("world_size", ["2", "1"])

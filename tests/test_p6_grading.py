@@ -16,7 +16,7 @@ import pytest
 from helpers import ROOT, SCHEMA, assert_loses_exactly, checks_by_id, grade_in_process, load_results, run_cli
 from grader.cli import main
 from grader.run import procs
-from p6_variants import ALL_CHECKS, SLOW_VARIANT, VARIANTS
+from p6_variants import ALL_CHECKS, SLOW_VARIANT, TUTORIAL_VARIANT, VARIANTS
 from variants import Variant
 
 pytestmark = pytest.mark.slow
@@ -69,6 +69,14 @@ def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path
     results = grade_in_process("p6", folder, tmp_path / "results.json", *extra)
     capsys.readouterr()
     assert_loses_exactly(results, variant.loses, variant.messages)
+
+
+def test_a_submission_written_like_pytorchs_ddp_tutorial_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """model.to(local_rank), x.to(local_rank): an int names the GPU, on the 2x2 run's virtual GPUs as on CUDA."""
+    results = grade_in_process("p6", TUTORIAL_VARIANT.write(tmp_path / "tutorial", "p6"), tmp_path / "r.json", timed=True)
+    capsys.readouterr()
+    assert results["score"] == 20, {k: v["output"] for k, v in checks_by_id(results).items() if v["status"] == "failed"}
+    assert "rank 2→cuda:0, rank 3→cuda:1" in checks_by_id(results)["device_mapping"]["output"]
 
 
 def test_a_step_that_does_needless_work_fails_the_efficiency_check_only(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
