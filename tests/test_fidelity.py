@@ -70,6 +70,7 @@ EXPECTED: dict[str, dict] = {
         }
     },
     "module_moved_by_keyword_trains_there": {"value": ["cuda:1", "cuda:1"]},
+    "generator_on_a_gpu": {"value": ["cuda:1", "cuda:1", True]},
     "default_device_set_by_the_program": {"value": ["cuda:1", "cuda:1", "cuda:1"]},
     "checkpoint_map_location_in_every_form": {
         "value": {

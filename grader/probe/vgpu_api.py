@@ -224,6 +224,46 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
     }
 
 
+def new_generator(device: str) -> torch.Generator:
+    """torch.Generator(device) as this process has it: how a pickled virtual generator comes back."""
+    return torch.Generator(device=device)
+
+
+def make_generator(v: VirtualCuda) -> type:
+    """torch.Generator, which makes a CPU generator for torch.Generator(device="cuda:k") that says
+    it is on cuda:k (values drawn "on" a virtual GPU come from CPU generators); isinstance() and
+    issubclass() still accept torch's own generators."""
+    base = torch.Generator
+
+    class GeneratorType(type(base)):  # type: ignore[misc]
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, base)
+
+        def __subclasscheck__(cls, subclass: type) -> bool:
+            return issubclass(subclass, base)
+
+    class Generator(base, metaclass=GeneratorType):  # type: ignore[misc, valid-type]
+        def __new__(cls, device: Any = "cpu") -> "Generator":
+            index = v.index_of(device)
+            on_gpu = index is not None and index >= 0
+            generator = base.__new__(cls, "cpu" if on_gpu else device)
+            generator.virtual_device = torch.device("cuda", index) if on_gpu else None
+            return generator
+
+        def __init__(self, device: Any = "cpu") -> None:
+            """Made by __new__."""
+
+        @property
+        def device(self) -> torch.device:
+            return self.virtual_device or base.device.__get__(self)
+
+        def __reduce__(self) -> tuple:
+            state = base.__reduce__(self)[2]
+            return new_generator, (str(self.device),), state
+
+    return Generator
+
+
 CAPABILITY = {"supported_dtypes": {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
                                    torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool}}
 

@@ -16,7 +16,7 @@ import torch.nn.parallel
 from grader.probe.patching import own_function
 from grader.probe.vgpu import VISIBLE, VirtualCuda, parameter_new
 from grader.probe.vgpu_amp import install_autocast
-from grader.probe.vgpu_api import make_accelerator, make_api
+from grader.probe.vgpu_api import make_accelerator, make_api, make_generator
 from grader.probe.vgpu_autograd import install_autograd
 from grader.probe.vgpu_dist import install_distributed
 from grader.probe.vgpu_parallel import make_comm, make_parallel_apply
@@ -34,7 +34,8 @@ def _inherited_visible() -> str | None:
 
 
 def _patch_cuda(vcuda: VirtualCuda) -> dict:
-    """torch.cuda (and its submodules that define the same names) and torch.accelerator; returns the torch.cuda replacements."""
+    """torch.cuda (and its submodules that define the same names), torch.accelerator and
+    torch.Generator; returns the torch.cuda replacements."""
     api = make_api(vcuda)
     for name, value in api.items():
         setattr(torch.cuda, name, own_function(value))
@@ -48,6 +49,7 @@ def _patch_cuda(vcuda: VirtualCuda) -> dict:
             setattr(nvtx, name, lambda *args, **kwargs: 0)
     for name, value in make_accelerator(vcuda, api).items():
         setattr(torch._C, name, own_function(value))
+    torch.Generator = make_generator(vcuda)
     return api
 
 

@@ -225,6 +225,14 @@ def every_way_of_naming_a_device():
 
 
 @case(needs=2)
+def generator_on_a_gpu():
+    generator = torch.Generator(device="cuda:1")
+    generator.manual_seed(0)
+    drawn = torch.randn(3, device="cuda:1", generator=generator)
+    return [str(generator.device), str(drawn.device), isinstance(torch.default_generator, torch.Generator)]
+
+
+@case(needs=2)
 def module_moved_by_keyword_trains_there():
     model = nn.Linear(4, 2).to(device="cuda:1")
     out = model(torch.randn(3, 4, device="cuda:1"))
