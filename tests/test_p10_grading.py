@@ -24,10 +24,11 @@ def test_reference_solution_gets_full_marks(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_a_submission_with_int_devices_like_pytorchs_ddp_tutorial_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """self.stage1.to(local_rank): an int names the GPU, on virtual GPUs as on CUDA."""
-    results = grade_in_process("p10", TUTORIAL_VARIANT.write(tmp_path / "tutorial", "p10"), tmp_path / "r.json", timed=True)
+    """self.stage1.to(local_rank): an int names the GPU, on virtual GPUs as on CUDA Untimed: every check but
+    efficiency passes (the timed tests of the reference and the slow variant cover speed)."""
+    results = grade_in_process("p10", TUTORIAL_VARIANT.write(tmp_path / "tutorial", "p10"), tmp_path / "r.json")
     capsys.readouterr()
-    assert results["score"] == 20, {k: v["output"] for k, v in checks_by_id(results).items() if v["status"] == "failed"}
+    assert results["score"] == 18, {k: v["output"] for k, v in checks_by_id(results).items() if v["status"] == "failed"}
     placement = checks_by_id(results)["stage_placement"]["output"]
     assert "main (1 node × 2 ranks, 4 virtual GPUs): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3" in placement
 

@@ -72,10 +72,11 @@ def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path
 
 
 def test_a_submission_written_like_pytorchs_ddp_tutorial_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """model.to(local_rank), x.to(local_rank): an int names the GPU, on the 2x2 run's virtual GPUs as on CUDA."""
-    results = grade_in_process("p6", TUTORIAL_VARIANT.write(tmp_path / "tutorial", "p6"), tmp_path / "r.json", timed=True)
+    """model.to(local_rank), x.to(local_rank): an int names the GPU, on the 2x2 run's virtual GPUs as on CUDA Untimed: every check but
+    efficiency passes (the timed tests of the reference and the slow variant cover speed)."""
+    results = grade_in_process("p6", TUTORIAL_VARIANT.write(tmp_path / "tutorial", "p6"), tmp_path / "r.json")
     capsys.readouterr()
-    assert results["score"] == 20, {k: v["output"] for k, v in checks_by_id(results).items() if v["status"] == "failed"}
+    assert results["score"] == 18, {k: v["output"] for k, v in checks_by_id(results).items() if v["status"] == "failed"}
     assert "rank 2→cuda:0, rank 3→cuda:1" in checks_by_id(results)["device_mapping"]["output"]
 
 
