@@ -243,3 +243,12 @@ def test_the_seccomp_program_refuses_tracing_and_keyrings_on_known_machines_only
         assert rules is not None and len(rules) == 8 * (3 + calls + (machine == "x86_64") + 2)  # load, check arch, load, [x32], calls, allow, refuse
     command = Sandbox(bwrap="/usr/bin/bwrap", uid=1, drop=True, python="/p", read_only=(), devices=()).command(["/p"], Path("/tmp/g"), seccomp_fd=7)
     assert "--seccomp 7" in " ".join(command) and "--as-pid-1" in command
+
+
+def test_a_python_environment_under_tmp_is_refused_with_the_reason() -> None:
+    """The sandbox's /tmp is its own: a venv under the host's /tmp would be missing inside, and
+    bwrap would only say 'execvp … No such file or directory'."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    problem = open_sandbox(python="/tmp/a-checkout/.venv/bin/python")
+    assert isinstance(problem, str) and "is under /tmp or /dev/shm, which the sandbox replaces by its own" in problem, problem

@@ -48,6 +48,7 @@ from grader.run import procs, seccomp
 
 UID_POOL = range(61000, 61500)
 SCRATCH = ("tmp", "shm")  # folders of the grading folder that are the sandbox's /tmp and /dev/shm
+SCRATCH_MOUNTS = ("/tmp", "/dev/shm")  # replaced inside the sandbox: nothing it needs may live there
 MOUNT_SOURCE = "pdl-grader-"  # the tmpfs of a grading folder, then the grader's pid
 RELEASE_WAIT_S = 10.0  # for the processes of a leased uid to exit
 LOCK_DIR = Path(tempfile.gettempdir()) / "pdl-grader-uids"
@@ -118,7 +119,7 @@ class Sandbox:
             closed = [p for p in Path(root).resolve().parents if not p.stat().st_mode & stat.S_IXOTH]
             if closed:
                 raise ValueError(f"the grading folder {root} must be reachable by the sandbox's user, but {closed[0]} is not searchable by others")
-        hidden = [inside for inside in ("/tmp", "/dev/shm") if str(Path(root).resolve()).startswith(inside + "/")]
+        hidden = [inside for inside in SCRATCH_MOUNTS if Path(root).resolve().is_relative_to(inside)]
         if hidden:
             raise ValueError(f"the grading folder {root} must not be inside {hidden[0]}, which the sandbox replaces (make it with Sandbox.new_root)")
         if self.drop:
@@ -306,6 +307,9 @@ def open_sandbox(limits: Limits | None = None, python: str = sys.executable) -> 
         if shutil.which(tool) is None:
             return f"{tool} (util-linux) is not installed"
     prefixes = sorted({sys.prefix, sys.base_prefix, str(Path(python).resolve().parent.parent)} - {"/usr"})
+    hidden = [p for p in prefixes if any(Path(p).resolve().is_relative_to(place) for place in SCRATCH_MOUNTS)]
+    if hidden:
+        return f"the Python environment ({', '.join(hidden)}) is under /tmp or /dev/shm, which the sandbox replaces by its own: put the repository (and its .venv) elsewhere"
     drop = os.geteuid() == 0
     if drop:
         unreadable = [p for p in prefixes if not _readable_by_others(p)]
