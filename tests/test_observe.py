@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from grader.cli import main
-from grader.observe.records import ObservedProcess, align, parse_lines, read_processes
+from grader.observe.records import ObservedProcess, align, distinct_labels, parse_lines, read_processes
 from grader.observe.report import RunSummary, busy_seconds, duration_text, render_report, size_text
-from grader.observe.timeline import draw_timeline, lanes
+from grader.observe.timeline import MAX_LANES, MIN_WIDTH, draw_timeline, lanes, timeline_lanes, visible
 from grader.observe.trace import COMMUNICATION, chrome_trace
 from helpers import ROOT, run_cli
 
@@ -154,7 +154,7 @@ def test_the_chrome_trace_names_ranks_and_puts_all_reduces_on_their_own_thread()
     document = json.loads(json.dumps(chrome_trace([two_step_hybrid_rank(0, (4,)), two_step_hybrid_rank(1, (4,))], {"command": ["x"]})))
     events = document["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
-    assert names == {1: "rank 0 (pid 4000)", 2: "rank 1 (pid 4001)"}
+    assert names == {1: "rank 0 · pid 4000", 2: "rank 1 · pid 4001"}
     reduces = [e for e in events if e.get("cat") == "allreduce"]
     assert len(reduces) == 4 and {e["tid"] for e in reduces} == {COMMUNICATION}
     assert reduces[0]["ph"] == "X" and reduces[0]["ts"] == pytest.approx(0.21e6) and reduces[0]["dur"] == pytest.approx(5000)
@@ -164,12 +164,126 @@ def test_the_chrome_trace_names_ranks_and_puts_all_reduces_on_their_own_thread()
 
 def test_the_timeline_is_a_png_with_idle_spanning_the_active_window(tmp_path: Path) -> None:
     rank = two_step_hybrid_rank(0, (4,))
-    drawn = lanes(rank)
-    assert drawn["idle"] == [(pytest.approx(0.1), pytest.approx(0.252))]
-    assert len(drawn["forward"]) == 8 and len(drawn["allreduce"]) == 2
+    main, stage, reduces = lanes(rank, "rank 0")
+    assert main.spans["idle"] == [(pytest.approx(0.1), pytest.approx(0.252))]
+    assert len(main.spans["forward"]) == 8 and len(reduces.spans["allreduce"]) == 2
+    assert stage.label == "stage stage1 (Sequential) on cuda:0" and len(stage.spans["forward"]) == 8
     draw_timeline([rank, two_step_hybrid_rank(1, (4,))], tmp_path / "t.png", "observe: test")
     draw_timeline([], tmp_path / "empty.png")
     assert (tmp_path / "t.png").read_bytes()[:8] == PNG_SIGNATURE == (tmp_path / "empty.png").read_bytes()[:8]
+
+
+def dataparallel_process(devices: int = 3, calls: int = 2) -> ObservedProcess:
+    """DataParallel over `devices` devices, its replicas ending on the last device first."""
+    events, t = [], 0.0
+    for call in range(1, calls + 1):
+        for k in reversed(range(devices)):
+            begin = t + 0.01 * k
+            events.append(span("forward", begin, begin + 0.008, role="replica", label="Net", call=call, inputs=inputs([4, 8], f"cuda:{k}")))
+        events.append(span("forward", t, t + 0.05, role="model", label="DataParallel(Net)", call=call, inputs=inputs([12, 8], "cuda:0")))
+        events += [span("backward", t + 0.05, t + 0.09), span("optimizer", t + 0.09, t + 0.1, optimizer="SGD")]
+        t += 0.1
+    return process(None, *events)
+
+
+def spawned(rank: int, pid: int, ppid: int, start: float, host: str = "node") -> ObservedProcess:
+    header = {"kind": "process", "pid": pid, "ppid": ppid, "host": host, "rank": rank, "world_size": 2}
+    return ObservedProcess(header, [span("forward", start, start + 0.1, role="model", label="Net", call=1)])
+
+
+def test_dataparallel_replicas_get_one_lane_per_device_in_device_order_and_no_all_reduce_lane() -> None:
+    main, *replicas = lanes(dataparallel_process(devices=3), "pid 4000")
+    assert (main.label, main.main, len(main.spans["forward"])) == ("pid 4000", True, 2)
+    assert [lane.label for lane in replicas] == ["replica on cuda:0", "replica on cuda:1", "replica on cuda:2"]
+    assert [len(lane.spans["forward"]) for lane in replicas] == [2, 2, 2] and not any(lane.main for lane in replicas)
+    assert replicas[1].spans["forward"][0] == (pytest.approx(0.01), pytest.approx(0.008))
+    assert main.spans["idle"] == [(0.0, pytest.approx(0.2))]
+    with_reduce = process(0, span("backward", 0.0, 1.0), span("allreduce", 0.5, 0.7, source="ddp", bytes=4, bucket=0))
+    assert [lane.label for lane in lanes(with_reduce, "rank 0")] == ["rank 0", "all-reduce"]
+
+
+def test_model_stages_get_one_lane_each_in_the_order_of_their_first_call() -> None:
+    events = [span("forward", 0.0, 0.3, role="model", label="Net", call=1, inputs=inputs([8, 4], "cpu"))]
+    for micro in range(2):  # a pipeline of two micro-batches: stage 2 of the first runs with stage 1 of the second
+        t = 0.1 * micro
+        events.append(span("forward", t, t + 0.1, role="stage", label="seq1", module="Sequential", devices=["cuda:0"], call=1))
+        events.append(span("forward", t + 0.1, t + 0.2, role="stage", label="fc", module="Linear", devices=["cuda:1"], call=1))
+    events.append(span("forward", 0.3, 0.4, role="stage", label="Linear", module="Linear", call=1, inputs=inputs([4, 2], "cuda:2")))
+    drawn = lanes(process(None, *events), "pid 4000")
+    stages = ["stage seq1 (Sequential) on cuda:0", "stage fc (Linear) on cuda:1", "stage Linear on cuda:2"]
+    assert [lane.label for lane in drawn] == ["pid 4000", *stages]
+    assert drawn[2].spans["forward"] == [(pytest.approx(0.1), pytest.approx(0.1)), (pytest.approx(0.2), pytest.approx(0.1))]
+
+
+def test_two_spawn_groups_with_the_same_ranks_get_distinct_labels_and_stay_together() -> None:
+    later, earlier = 100, 200  # the parent of the second group started its processes first
+    processes = [spawned(0, 11, later, 5.0), spawned(0, 21, earlier, 0.0), spawned(1, 12, later, 5.0), spawned(1, 22, earlier, 0.0)]
+    assert distinct_labels(processes) == [
+        "spawn 2 · rank 0 · pid 11",
+        "spawn 1 · rank 0 · pid 21",
+        "spawn 2 · rank 1 · pid 12",
+        "spawn 1 · rank 1 · pid 22",
+    ]
+    assert [lane.label for lane in timeline_lanes(processes).lanes] == [
+        "spawn 1 · rank 0 · pid 21",
+        "spawn 1 · rank 1 · pid 22",
+        "spawn 2 · rank 0 · pid 11",
+        "spawn 2 · rank 1 · pid 12",
+    ]
+    one_parent = [spawned(0, 31, 1, 0.0), spawned(0, 41, 1, 5.0), spawned(0, 51, 1, 9.0), spawned(1, 32, 1, 0.1), spawned(1, 42, 1, 5.0)]
+    one_parent[2].header["world_size"] = 1  # mp.spawn called three times by one script, the last time for one process
+    assert distinct_labels(one_parent) == [
+        "spawn 1 · rank 0 · pid 31",
+        "spawn 2 · rank 0 · pid 41",
+        "spawn 3 · rank 0 · pid 51",
+        "spawn 1 · rank 1 · pid 32",
+        "spawn 2 · rank 1 · pid 42",
+    ]
+    torchrun = [spawned(0, 11, 100, 0.0), spawned(1, 12, 100, 0.0)]
+    assert distinct_labels(torchrun) == ["rank 0 · pid 11", "rank 1 · pid 12"]
+    two_nodes = [spawned(0, 11, 100, 0.0, host="a"), spawned(1, 11, 100, 0.0, host="b")]
+    assert distinct_labels(two_nodes) == ["spawn 1 · rank 0 · pid 11 · a", "spawn 2 · rank 1 · pid 11 · b"]
+    assert [p.name for p in processes[:2]] == ["rank 0", "rank 0"]  # the report's own block titles add pid and device
+
+
+def test_a_one_millisecond_span_on_a_seventeen_second_axis_is_still_drawn() -> None:
+    [(start, width), long] = visible([(5.0, 0.001), (6.0, 4.0)], 17.0)
+    assert start == 5.0 and width >= 17.0 * MIN_WIDTH > 0.001 and long == (6.0, 4.0)
+    assert 13 * 110 * 0.75 * MIN_WIDTH >= 2  # at least two pixels on the drawn axis (13 inches at 110 dpi, 3/4 of it the axis)
+
+
+def test_hundreds_of_processes_are_cut_to_the_lanes_that_fit_and_counted() -> None:
+    many = [spawned(rank, 1000 + rank, 1, 0.0) for rank in range(300)]
+    timeline = timeline_lanes(many)
+    assert len(timeline.lanes) == MAX_LANES and timeline.processes_not_drawn == 300 - MAX_LANES
+    wide = dataparallel_process(devices=8)
+    cut = timeline_lanes([wide, dataparallel_process(devices=1)], max_lanes=4)
+    assert (len(cut.lanes), cut.lanes_not_drawn, cut.processes_not_drawn) == (4, 5, 1)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_the_timeline_png_of_replicas_and_of_hundreds_of_processes_stays_a_readable_size(tmp_path: Path) -> None:
+    draw_timeline([dataparallel_process(devices=5)], tmp_path / "dp.png", "observe: python p5_dp.py costs $5$")
+    width, height = png_size(tmp_path / "dp.png")
+    assert width == 13 * 110 and 300 <= height <= 400
+    draw_timeline([spawned(rank, 1000 + rank, 1, 0.0) for rank in range(300)], tmp_path / "many.png")
+    assert png_size(tmp_path / "many.png")[1] <= 1800
+
+
+def test_the_process_header_names_the_parent_that_spawned_it(tmp_path: Path) -> None:
+    import os
+
+    from grader.observe.events import Observer
+
+    Observer(str(tmp_path)).note("nothing to see")
+    [written] = tmp_path.glob("events-*.jsonl")
+    header, _ = parse_lines(written.read_text().splitlines())
+    assert header is not None and (header["pid"], header["ppid"]) == (os.getpid(), os.getppid())
 
 
 # ---------------------------------------------------------------- command line

@@ -11,8 +11,9 @@ script: it becomes a `note` event.
 
 Events (each with `t`, seconds since the file was opened, and `step`, the optimizer steps
 finished before it; a span is written at its end and carries its duration `dur`):
-    process    -- the first line: pid, host, argv, torchrun's RANK / LOCAL_RANK / WORLD_SIZE,
-                  the wall-clock time `wall` (so files of several processes line up).
+    process    -- the first line: pid, ppid (the parent: torchrun's launcher, mp.spawn's
+                  caller), host, argv, torchrun's RANK / LOCAL_RANK / WORLD_SIZE, the
+                  wall-clock time `wall` (so files of several processes line up).
     init_pg    -- after init_process_group: the backend asked for and the one used, rank, size.
     ddp        -- a DistributedDataParallel was built: its device_ids and parameter devices.
     model      -- the first call of a model with parameters: its label, size, parameter devices.
@@ -125,6 +126,7 @@ class Observer:
         self._recorder.emit(
             "process",
             pid=self.pid,
+            ppid=os.getppid(),
             host=socket.gethostname(),
             argv=list(sys.argv),
             rank=int(env["RANK"]) if env.get("RANK", "").isdigit() else None,

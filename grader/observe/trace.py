@@ -1,10 +1,11 @@
 """The observed run as a Chrome trace: the "traceEvents" JSON that https://ui.perfetto.dev and
-chrome://tracing open. One trace process per observed process (named by its rank), with the
+chrome://tracing open. One trace process per observed process (named as on the timeline:
+rank, pid, and the spawn group or host where they tell processes apart), with the
 threads "compute" (forward, stages, backward, optimizer steps), "communication" (all-reduces),
 "steps" (one span per optimizer step) and one per DataParallel replica device."""
 from __future__ import annotations
 
-from grader.observe.records import ObservedProcess
+from grader.observe.records import ObservedProcess, distinct_labels, input_device, spawn_order
 
 COMPUTE, COMMUNICATION, STEPS, REPLICAS = 1, 2, 3, 10
 
@@ -18,7 +19,7 @@ def _inputs(event: dict) -> str:
 
 
 def _replica_thread(event: dict) -> tuple[int, str]:
-    device = str((event.get("inputs") or [{}])[0].get("device", "?"))
+    device = input_device(event)
     index = device.partition(":")[2]
     return REPLICAS + (int(index) if index.isdigit() else 0), f"replica on {device}"
 
@@ -36,7 +37,7 @@ def _span(pid: int, tid: int, name: str, category: str, event: dict, args: dict)
     }
 
 
-def _process_events(pid: int, process: ObservedProcess) -> list[dict]:
+def _process_events(pid: int, process: ObservedProcess, label: str, position: int) -> list[dict]:
     threads = {COMPUTE: "compute", COMMUNICATION: "communication", STEPS: "steps"}
     events = []
     step_start = None
@@ -68,10 +69,9 @@ def _process_events(pid: int, process: ObservedProcess) -> list[dict]:
             text = f"{event.get('type')}: {event.get('message')}" if kind == "exception" else str(event.get("text"))
             at = _microseconds(event["start"])
             events.append({"name": kind, "cat": kind, "ph": "i", "s": "p", "pid": pid, "tid": COMPUTE, "ts": at, "args": {"text": text}})
-    label = f"{process.name} (pid {process.pid})" if process.rank is not None else process.name
     metadata = [
         {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": label}},
-        {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}},
+        {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": position}},
     ]
     for tid, name in sorted(threads.items()):
         metadata.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
@@ -81,6 +81,7 @@ def _process_events(pid: int, process: ObservedProcess) -> list[dict]:
 def chrome_trace(processes: list[ObservedProcess], about: dict | None = None) -> dict:
     """The trace document: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": about}."""
     events = []
-    for pid, process in enumerate(processes, start=1):
-        events += _process_events(pid, process)
+    positions = {index: position for position, index in enumerate(spawn_order(processes))}
+    for pid, (process, label) in enumerate(zip(processes, distinct_labels(processes)), start=1):
+        events += _process_events(pid, process, label, positions[pid - 1])
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": about or {}}
