@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from dataclasses import replace
+
 from grader.checks.base import CheckContext
 from grader.checks.distributed import CHECKS, allreduce_pattern
+from grader.probe.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, OptGrads, Optimizer
 from grader.run.job import Layout
-from observations import NAMES, crashed, ddp_run, replace_events, trajectory, without
+from observations import NAMES, changed, crashed, ddp_run, replace_events, set_events, trajectory, without
 
 ARGS = {"batch_size": 64, "steps": 3, "seed": 1}
 
@@ -34,7 +37,7 @@ def test_a_correct_run_passes_every_check(check_id: str) -> None:
 def test_rank_setup_names_the_local_rank_mistake() -> None:
     run = ddp_run("2x2", Layout(2, 2))
     for rank in run.ranks:
-        replace_events(rank, "globals", lambda e, r=rank: e["values"].update(local_rank=r.rank))
+        replace_events(rank, Globals, lambda e, r=rank: replace(e, values={**e.values, "local_rank": r.rank}))
     verdict = judge("rank_setup", run)
     assert not verdict.passed
     assert "rank 2 (node 1): local_rank = 2, expected 0 (LOCAL_RANK" in verdict.summary
@@ -42,8 +45,8 @@ def test_rank_setup_names_the_local_rank_mistake() -> None:
 
 def test_rank_setup_catches_a_process_group_of_the_wrong_size_and_a_renamed_variable() -> None:
     run = ddp_run()
-    replace_events(run.ranks[1], "init_pg", lambda e: e.update(world_size=4))
-    replace_events(run.ranks[0], "globals", lambda e: e["values"].pop("world_size"))
+    replace_events(run.ranks[1], InitPg, changed(world_size=4))
+    replace_events(run.ranks[0], Globals, lambda e: replace(e, values={k: v for k, v in e.values.items() if k != "world_size"}))
     verdict = judge("rank_setup", run)
     assert "no variable `world_size` in the script" in verdict.summary
     assert "the process group says rank 1 of 4, expected rank 1 of 2" in verdict.summary
@@ -53,11 +56,11 @@ def test_device_mapping_with_gpus_wants_cuda_local_rank() -> None:
     good = ddp_run("2x2", Layout(2, 2), device="cuda:0")
     for rank in good.ranks:
         device = f"cuda:{rank.local_rank}"
-        replace_events(rank, "model", lambda e, d=device: e.update(devices=[d, d]))
-        replace_events(rank, "forward", lambda e, d=device: [i.update(device=d) for i in e["inputs"]])
-        replace_events(rank, "ddp", lambda e, r=rank: e.update(device_ids=[str(r.local_rank)]))
+        replace_events(rank, Model, changed(devices=(device, device)))
+        replace_events(rank, Forward, lambda e, d=device: replace(e, inputs=tuple(replace(i, device=d) for i in e.inputs)))
+        replace_events(rank, Ddp, changed(device_ids=(str(rank.local_rank),)))
     assert judge("device_mapping", good, gpus=2).passed
-    replace_events(good.ranks[3], "model", lambda e: e.update(devices=["cuda:3", "cuda:3"]))
+    replace_events(good.ranks[3], Model, changed(devices=("cuda:3", "cuda:3")))
     verdict = judge("device_mapping", good, gpus=2)
     assert "rank 3 (node 1, local rank 1): model on cuda:3, expected cuda:1 — the GPU follows LOCAL_RANK, not RANK" in verdict.summary
 
@@ -65,13 +68,13 @@ def test_device_mapping_with_gpus_wants_cuda_local_rank() -> None:
 def test_device_mapping_reports_inputs_left_elsewhere_and_shared_gpus() -> None:
     run = ddp_run(device="cuda:0")
     for rank in run.ranks:
-        replace_events(rank, "model", lambda e: e.update(devices=["cuda:0", "cuda:0"]))
-        replace_events(rank, "ddp", lambda e: e.update(device_ids=None))
+        replace_events(rank, Model, changed(devices=("cuda:0", "cuda:0")))
+        replace_events(rank, Ddp, changed(device_ids=None))
     verdict = judge("device_mapping", run, gpus=2)
     assert "rank 1 (node 0, local rank 1): model on cuda:0, expected cuda:1" in verdict.summary
     assert "ranks 0, 1 share node 0 cuda:0" in verdict.summary
     cpu_inputs = ddp_run()
-    replace_events(cpu_inputs.ranks[0], "forward", lambda e: [i.update(device="meta") for i in e["inputs"]])
+    replace_events(cpu_inputs.ranks[0], Forward, lambda e: replace(e, inputs=tuple(replace(i, device="meta") for i in e.inputs)))
     assert "rank 0: inputs on meta, expected cpu" in judge("device_mapping", cpu_inputs).summary
 
 
@@ -91,9 +94,9 @@ def test_batch_shard_explains_a_rank_that_never_ran_the_model() -> None:
 
 def test_grad_sync_without_all_reduce_asks_whether_the_model_is_wrapped() -> None:
     run = ddp_run()
-    without(run.ranks[0], "allreduce")
-    without(run.ranks[1], "allreduce")
-    replace_events(run.ranks[1], "opt_grads", lambda e: e.update(grads=[[9.0, 9.0, 9.0], [9.0]]))
+    without(run.ranks[0], AllReduce)
+    without(run.ranks[1], AllReduce)
+    replace_events(run.ranks[1], OptGrads, changed(grads=((9.0, 9.0, 9.0), (9.0,))))
     verdict = judge("grad_sync", run)
     assert "step 0: gradients differ between rank 0 and rank 1 (max |Δ| 9.2 in 0.weight)" in verdict.summary
     assert "all-reduce calls per step: [0, 0, 0] — no all-reduce at all: is the model wrapped in DistributedDataParallel?" in verdict.summary
@@ -102,7 +105,7 @@ def test_grad_sync_without_all_reduce_asks_whether_the_model_is_wrapped() -> Non
 def test_grad_sync_recognises_gradients_averaged_twice() -> None:
     run = ddp_run()
     for rank in run.ranks:
-        replace_events(rank, "opt_grads", lambda e: e.update(grads=[[g / 2 for g in t] for t in e["grads"]]))
+        replace_events(rank, OptGrads, lambda e: replace(e, grads=tuple(tuple(g / 2 for g in t) for t in e.grads)))
     verdict = judge("grad_sync", run)
     assert "they are 1/2 of it: averaged twice" in verdict.summary
     assert verdict.data["allreduce_per_step"] == {"ws2": [1, 1, 1]}
@@ -113,24 +116,24 @@ def test_grad_sync_accepts_any_of_the_references_and_checks_the_start() -> None:
     wrong, right = trajectory(), trajectory()
     wrong.grads[0]["0.bias"][0] = 7.0
     assert judge("grad_sync", run, references={"ws2": (wrong, right)}).passed
-    replace_events(run.ranks[0], "model", lambda e: e.update(values=[[1.0, 1.0, 1.0], [1.0]]))
+    replace_events(run.ranks[0], Model, changed(values=((1.0, 1.0, 1.0), (1.0,))))
     verdict = judge("grad_sync", run)
     assert "the model starts from other weights than the reference" in verdict.summary
 
 
 def test_params_sync_reports_divergence_and_missing_steps() -> None:
     run = ddp_run()
-    replace_events(run.ranks[1], "opt_params", lambda e: e.update(values=[[0.0, 0.0, 0.0], [0.0]]) if e["step"] == 2 else None)
+    replace_events(run.ranks[1], Optimizer, lambda e: replace(e, values=((0.0, 0.0, 0.0), (0.0,))) if e.step == 2 else e)
     assert "after 3 steps the parameters differ between rank 0 and rank 1" in judge("params_sync", run).summary
     short = ddp_run()
-    short.ranks[0].events[:] = [e for e in short.ranks[0].events if not (e["kind"] == "opt_params" and e["step"] == 2)]
+    set_events(short.ranks[0], [e for e in short.ranks[0].events if not (isinstance(e, Optimizer) and e.step == 2)])
     assert "rank 0 took 2 of 3 optimizer steps" in judge("params_sync", short).summary
 
 
 def test_clean_exit_wants_destroy_and_status_zero_and_no_leftovers() -> None:
     run = ddp_run()
-    without(run.ranks[1], "destroy_pg")
-    replace_events(run.ranks[1], "end_state", lambda e: e.update(pg_initialized=True))
+    without(run.ranks[1], DestroyPg)
+    replace_events(run.ranks[1], EndState, changed(pg_initialized=True))
     assert judge("clean_exit", run).summary == "ws2 (1 node × 2 ranks): rank 1 never called dist.destroy_process_group()"
     run = ddp_run()
     run.leftovers = 2
@@ -152,6 +155,7 @@ def test_identical_failures_in_every_run_collapse_to_one_line() -> None:
 
 def test_allreduce_pattern_counts_per_step() -> None:
     run = ddp_run()
-    run.ranks[0].events.append({"kind": "allreduce", "source": "dist.all_reduce", "numel": 4, "step": 1})
+    extra = AllReduce(t=0.2, seq=1000, step=1, dur=0.001, source="call", numel=4, bytes=16, bucket=None, async_op=False)
+    set_events(run.ranks[0], [*run.ranks[0].events, extra])
     assert allreduce_pattern(run.ranks[0], 3) == [1, 2, 1]
     assert NAMES == ["0.weight", "0.bias"]

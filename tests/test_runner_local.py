@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.probe.events import Globals, Raised
 from grader.run import procs
 from grader.run.job import JobSpec, Layout
 from grader.run.local import TOKEN_VARIABLE, LocalRunner
@@ -44,7 +45,7 @@ def test_ranks_get_torchruns_environment_in_a_multi_node_layout(runner: LocalRun
     lines = [r.stdout_tail.strip() for r in result.ranks]
     assert lines == [f"{r} {r % 2} 4 2 {r // 2} 127.0.0.1 ['--x=1'] __main__" for r in range(4)]
     assert [r.status for r in result.ranks] == ["exit:0"] * 4
-    assert result.ranks[3].first("globals")["values"] == {"answer": 42}
+    assert result.ranks[3].first(Globals).values == {"answer": 42}
 
 
 def test_exit_statuses_exceptions_and_crashes_are_told_apart(runner: LocalRunner, tmp_path: Path) -> None:
@@ -66,8 +67,8 @@ def test_exit_statuses_exceptions_and_crashes_are_told_apart(runner: LocalRunner
     )
     result = runner.run(job)
     assert [r.status for r in result.ranks] == ["exit:3", "exit:1", "signal:11", "exit:130"]
-    raised = result.ranks[1].first("exit")["exception"]
-    assert raised["type"] == "ValueError" and raised["frames"][-1]["file"] == "main.py" and raised["frames"][-1]["line"] == 7
+    raised = result.ranks[1].first(Raised)
+    assert raised.type == "ValueError" and raised.frames[-1].file == "main.py" and raised.frames[-1].line == 7
     assert result.ranks[2].stack and result.ranks[2].stack[-1].line == 9
     assert "Traceback (most recent call last):\n  File \"main.py\", line 7, in <module>" in result.ranks[1].stderr_tail
     assert "grader" not in result.ranks[1].stderr_tail

@@ -13,6 +13,7 @@ from grader.checks.base import CheckContext
 from grader.checks.dataparallel import gpu0_memory
 from grader.course import Practical
 from grader.grade.pipeline import GradeOptions, grade
+from grader.probe.events import Optimizer
 from grader.results.gradescope import to_gradescope
 from grader.results.model import Status
 from grader.results.render import overview_text
@@ -20,7 +21,7 @@ from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout, RankResult
 from grader.run.telemetry import FakeGpus, Sampler, describe, open_nvml, summarise
 from grader.spec import load_assignment
-from observations import crashed
+from observations import crashed, record_of
 
 
 def launch(name: str, *per_rank_steps: list[float], virtual_gpus: int = 0, telemetry: dict | None = None) -> JobResult:
@@ -32,8 +33,8 @@ def launch(name: str, *per_rank_steps: list[float], virtual_gpus: int = 0, telem
         for seconds in steps:
             t += seconds
             ends.append(t)
-        events = [{"kind": "opt_params", "step": i, "t": end} for i, end in enumerate(ends)]
-        ranks.append(RankResult(rank=rank, local_rank=rank, node=0, status="exit:0", events=events))
+        events = [Optimizer(t=end, seq=i + 1, step=i, dur=0.0, optimizer="SGD", names=(), values=None) for i, end in enumerate(ends)]
+        ranks.append(RankResult(rank=rank, local_rank=rank, node=0, status="exit:0", record=record_of(events)))
     return JobResult(spec=spec, ranks=ranks, wall_s=sum(per_rank_steps[0]), telemetry=telemetry)
 
 

@@ -12,6 +12,7 @@ from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.dataparallel import chunk_rows
 from grader.checks.numeric import compare
+from grader.probe.events import Answers, Cell, DpCase, Mp
 from grader.run.job import JobResult, RankResult
 
 SAME_DEVICE = "Expected all tensors to be on the same device"
@@ -35,14 +36,14 @@ class ConceptsReference:
 def _rank(ctx: CheckContext) -> tuple[JobResult | None, RankResult | None, str | None]:
     """The one run and rank of the notebook, or why there is none."""
     run = ctx.runs[0] if ctx.runs else None
-    if run is None or not run.ranks:
+    if run is None or not run.ranks or failures.damaged(run):
         return run, None, (failures.explain(run) if run else None) or "the notebook was not run"
     return run, run.ranks[0], None
 
 
 def _cell_failures(rank: RankResult) -> str:
-    failed = [e for e in rank.of_kind("cell") if not e.get("ok")]
-    return "; ".join(f"cell {e['index']} {failures.failure(e.get('exception') or {})}" for e in failed[:2])
+    failed = [e for e in rank.of_kind(Cell) if not e.ok]
+    return "; ".join(f"cell {e.index} {failures.failure(e.exception)}" if e.exception else f"cell {e.index} failed" for e in failed[:2])
 
 
 def _missing_function(rank: RankResult, name: str) -> str:
@@ -55,20 +56,20 @@ def _not_run(run: JobResult | None, rank: RankResult | None, kind: str) -> str:
     return reason or f"the grader's exercise ({kind}) did not run"
 
 
-def _dp_cases(ctx: CheckContext) -> tuple[ConceptsReference | None, list[dict], str | None]:
+def _dp_cases(ctx: CheckContext) -> tuple[ConceptsReference | None, list[DpCase], str | None]:
     """The reference and the data-parallel cases the driver ran, or why they cannot be judged
     (the notebook did not run, the function is missing, or it raised)."""
     run, rank, problem = _rank(ctx)
     if problem:
         return None, [], problem
-    events = rank.of_kind("dp_case")
+    events = rank.of_kind(DpCase)
     if not events:
         return None, [], _not_run(run, rank, "data parallelism")
     for event in events:
-        if "missing" in event:
-            return None, [], _missing_function(rank, event["missing"])
-        if "exception" in event:
-            return None, [], f"simulate_data_parallel(model, x of {event['batch']} rows, {event['parts']}) {failures.failure(event['exception'])}"
+        if event.missing is not None:
+            return None, [], _missing_function(rank, event.missing)
+        if event.exception is not None:
+            return None, [], f"simulate_data_parallel(model, x of {event.batch} rows, {event.parts}) {failures.failure(event.exception)}"
     return ctx.references[run.spec.name], events, None
 
 
@@ -80,13 +81,13 @@ def chunk_split(ctx: CheckContext) -> Verdict:
         return Verdict(False, problem)
     wrong = []
     for event in events:
-        expected = [[rows, ref.in_features] for rows in chunk_rows(event["batch"], event["parts"])]
-        if event.get("chunks") != expected:
-            got = ", ".join(str(c[0]) if c else "?" for c in event.get("chunks") or []) or "none"
-            wrong.append(f"{event['batch']} rows into {event['parts']} chunks: expected {', '.join(str(r) for r, _ in expected)} rows, observed {got}")
+        expected = tuple((rows, ref.in_features) for rows in chunk_rows(event.batch, event.parts))
+        if event.chunks != expected:
+            got = ", ".join(str(c[0]) if c else "?" for c in event.chunks or ()) or "none"
+            wrong.append(f"{event.batch} rows into {event.parts} chunks: expected {', '.join(str(r) for r, _ in expected)} rows, observed {got}")
     if wrong:
         return Verdict(False, "; ".join(wrong[:2]) + " (torch.chunk gives each chunk ceil(rows / chunks) rows, the last what is left)")
-    return Verdict(True, "chunks as torch.chunk makes them: " + "; ".join(f"{e['batch']}/{e['parts']} → {', '.join(str(c[0]) for c in e['chunks'])}" for e in events))
+    return Verdict(True, "chunks as torch.chunk makes them: " + "; ".join(f"{e.batch}/{e.parts} → {', '.join(str(c[0]) for c in e.chunks or ())}" for e in events))
 
 
 def dp_output(ctx: CheckContext) -> Verdict:
@@ -96,16 +97,17 @@ def dp_output(ctx: CheckContext) -> Verdict:
         return Verdict(False, problem)
     for event, case in zip(events, ref.cases):
         want = [case.batch, ref.out_features]
-        if event.get("output_shape") != want:
-            return Verdict(False, f"{case.batch} rows into {case.parts} chunks: output of shape {event.get('output_shape')}, expected {want} (concatenate the chunks' outputs along the batch dimension)")
-        diff = compare({"output": event.get("output")}, {"output": case.output}, ctx.options["rtol"], ctx.options["atol"])
+        shape = list(event.output_shape) if event.output_shape is not None else None
+        if shape != want:
+            return Verdict(False, f"{case.batch} rows into {case.parts} chunks: output of shape {shape}, expected {want} (concatenate the chunks' outputs along the batch dimension)")
+        diff = compare({"output": event.output}, {"output": case.output}, ctx.options["rtol"], ctx.options["atol"])
         if not diff.ok:
             return Verdict(False, f"{case.batch} rows into {case.parts} chunks: the output differs from the model's output on the whole batch ({diff.describe()}); keep the chunks' order")
     return Verdict(True, f"equal to the single-device output in all {len(events)} cases")
 
 
-def _mp(rank: RankResult) -> dict | None:
-    return rank.first("mp")
+def _mp(rank: RankResult) -> Mp | None:
+    return rank.first(Mp)
 
 
 def mp_placement(ctx: CheckContext) -> Verdict:
@@ -116,12 +118,12 @@ def mp_placement(ctx: CheckContext) -> Verdict:
     event = _mp(rank)
     if event is None:
         return Verdict(False, _not_run(run, rank, "model parallelism"))
-    if "missing" in event:
-        return Verdict(False, _missing_function(rank, event["missing"]))
-    if event.get("stage") == "place":
-        return Verdict(False, f"place_layers {failures.failure(event['exception'])}")
-    first, second = event["devices"]
-    if first == ["cuda:0"] and second == ["cuda:1"]:
+    if event.missing is not None:
+        return Verdict(False, _missing_function(rank, event.missing))
+    if event.stage == "place" or event.devices is None or len(event.devices) != 2:
+        return Verdict(False, f"place_layers {failures.failure(event.exception)}" if event.exception else "place_layers did not return two layers")
+    first, second = event.devices
+    if first == ("cuda:0",) and second == ("cuda:1",):
         return Verdict(True, "layer 1 on cuda:0, layer 2 on cuda:1")
     return Verdict(False, f"layer 1 on {', '.join(first)}, layer 2 on {', '.join(second)}; expected layer 1 on cuda:0 and layer 2 on cuda:1")
 
@@ -134,19 +136,19 @@ def mp_activation(ctx: CheckContext) -> Verdict:
         return Verdict(False, problem)
     ref: ConceptsReference = ctx.references[run.spec.name]
     event = _mp(rank)
-    if event is None or event.get("stage") != "forward":
+    if event is None or event.stage != "forward":
         return Verdict(False, _not_run(run, rank, "model parallelism") if event is None else mp_placement(ctx).summary)
-    inputs = event.get("inputs", {})
-    if "exception" in event:
-        exc = event["exception"]
-        if SAME_DEVICE in exc.get("message", "") and inputs.get("layer2", "").startswith("cuda:0"):
+    inputs = event.inputs or {}
+    if event.exception is not None:
+        exc = event.exception
+        if SAME_DEVICE in exc.message and inputs.get("layer2", "").startswith("cuda:0"):
             return Verdict(False, "the activation is still on cuda:0 when layer 2 (on cuda:1) runs: move it to layer 2's device with .to('cuda:1') between the layers")
         return Verdict(False, f"model_parallel_forward {failures.failure(exc)}")
     if inputs.get("layer2") != "cuda:1":
         return Verdict(False, f"layer 2 received its input on {inputs.get('layer2', 'no device (it never ran)')}, expected cuda:1")
-    if event.get("output_device") != "cuda:1":
-        return Verdict(False, f"the output is on {event.get('output_device')}, expected cuda:1 (where layer 2 ran)")
-    diff = compare({"output": event.get("output")}, {"output": ref.mp_output}, ctx.options["rtol"], ctx.options["atol"])
+    if event.output_device != "cuda:1":
+        return Verdict(False, f"the output is on {event.output_device}, expected cuda:1 (where layer 2 ran)")
+    diff = compare({"output": event.output}, {"output": ref.mp_output}, ctx.options["rtol"], ctx.options["atol"])
     if not diff.ok:
         return Verdict(False, f"the output is not layer2(layer1(x)) ({diff.describe()})")
     return Verdict(True, "activation moved cuda:0 → cuda:1; output equals layer2(layer1(x))")
@@ -162,10 +164,10 @@ def concept_answers(ctx: CheckContext) -> Verdict:
     run, rank, problem = _rank(ctx)
     if problem:
         return Verdict(False, problem)
-    event = rank.first("answers")
+    event = rank.first(Answers)
     if event is None:
         return Verdict(False, failures.explain(run) or "the answers cell was not run (is it tagged 'answers'?)")
-    given = event.get("values", {})
+    given = event.values
     expected: dict[str, Any] = {
         "easier_to_implement": "data",
         "helps_large_model": "model",

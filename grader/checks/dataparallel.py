@@ -14,6 +14,7 @@ from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
 from grader.checks.timing import step_seconds
+from grader.probe.events import Forward, ForwardOutput, Memory, Model
 from grader.run.job import JobResult, RankResult
 
 
@@ -25,29 +26,31 @@ def chunk_rows(batch: int, parts: int) -> list[int]:
     return [size] * (batch // size) + ([batch % size] if batch % size else [])
 
 
-def model_calls(rank: RankResult, step: int = 0) -> tuple[str | None, list[dict]]:
+def model_calls(rank: RankResult, step: int = 0) -> tuple[str | None, list[Forward]]:
     """The first model call of `step`: ('DataParallel', its replicas' forwards) when the model
     is wrapped, else (the model's class, [its own forward]). Replicas hold their parameters as
     plain attributes (torch's replicate), so they are found by depth, not by parameters."""
-    calls = [f for f in rank.of_kind("forward") if f.get("step") == step]
+    calls = [f for f in rank.of_kind(Forward) if f.step == step]
     for index, event in enumerate(calls):
-        if event.get("depth") != 0 or not event.get("has_params"):
+        if event.depth != 0 or not event.has_params:
             continue
-        if event.get("module") != "DataParallel":
-            return event.get("module"), [event]
+        if event.module != "DataParallel":
+            return event.module, [event]
         replicas = []  # every module call directly inside DataParallel.forward is a replica's
         for inner in calls[index + 1 :]:
-            if inner.get("depth") == 0:
+            if inner.depth == 0:
                 break
-            if inner.get("depth") == 1:
+            if inner.depth == 1:
                 replicas.append(inner)
         return "DataParallel", replicas
     return None, []
 
 
-def _rows_on(call: dict) -> tuple[str, int]:
-    first = call["inputs"][0] if call.get("inputs") else {"device": "?", "shape": [0]}
-    return first["device"], first["shape"][0] if first["shape"] else 0
+def _rows_on(call: Forward) -> tuple[str, int]:
+    if not call.inputs:
+        return "?", 0
+    first = call.inputs[0]
+    return first.device, first.shape[0] if first.shape else 0
 
 
 def describe_split(pairs: list[tuple[str, int]]) -> str:
@@ -89,8 +92,8 @@ def dp_wrapped(ctx: CheckContext) -> Verdict:
 
     def judge(run: JobResult) -> tuple[bool, str]:
         rank = run.ranks[0]
-        model = rank.first("model")
-        devices = sorted(set(model.get("devices") or [])) if model else []
+        model = rank.first(Model)
+        devices = sorted(set(model.devices)) if model else []
         if devices and devices != ["cuda:0"]:
             end = failures.explain(run)
             return False, f"the model's parameters are on {', '.join(devices)}, expected cuda:0 (DataParallel keeps the model on device_ids[0])" + (f"; {end}" if end else "")
@@ -113,11 +116,11 @@ def shape_log(ctx: CheckContext) -> Verdict:
         kind, calls = model_calls(rank)
         if kind is None or not calls:
             return False, failures.explain(run) or "the model never ran"
-        printed = [e for e in rank.of_kind("forward_output") if e.get("step") == 0]
+        printed = [e for e in rank.of_kind(ForwardOutput) if e.step == 0]
         missing = []
         for call in calls:
             device, rows = _rows_on(call)
-            texts = [e["text"] for e in printed if e.get("depth") == call.get("depth") and e.get("inputs") == call.get("inputs")]
+            texts = [e.text for e in printed if e.depth == call.depth and e.inputs == call.inputs]
             if not any(device in text and str(rows) in text for text in texts):
                 missing.append(f"{device} ({rows} rows)" + (f": printed {texts[0].strip()!r}" if texts else ": nothing printed"))
         if missing:
@@ -132,7 +135,7 @@ def gpu_step_times(ctx: CheckContext) -> Verdict:
     on real GPUs between optimizer steps, after synchronizing)."""
     times = {}
     for run in ctx.runs:
-        seconds = step_seconds(run) if run.ranks else []
+        seconds = step_seconds(run) if run.ranks and not failures.damaged(run) else []
         if not seconds:
             return Verdict(False, f"{run.spec.name}: {failures.explain(run) or 'no step time could be measured'}")
         times[run.spec.name] = statistics.median(seconds)
@@ -153,10 +156,10 @@ def gpu0_memory(ctx: CheckContext) -> Verdict:
             peaks = [g["memory_added_peak_mib"] for g in run.telemetry["gpus"]]
             shown = ", ".join(f"GPU {i}: +{p:.0f} MiB" for i, p in enumerate(peaks)) + " (NVML, measured by the grader)"
         else:
-            memory = run.ranks[0].first("cuda_memory") if run.ranks else None
-            if not memory or len(memory.get("peak", [])) < 2:
+            memory = run.ranks[0].first(Memory) if run.ranks else None
+            if not memory or memory.peak is None or len(memory.peak) < 2:
                 return False, failures.explain(run) or "no per-GPU memory was measured"
-            peaks = [p / 2**20 for p in memory["peak"]]
+            peaks = [p / 2**20 for p in memory.peak]
             shown = ", ".join(f"GPU {i}: {p:.1f} MiB" for i, p in enumerate(peaks)) + " (torch's peak allocation)"
         if all(peaks[0] > other for other in peaks[1:]):
             return True, f"peak memory {shown}"

@@ -16,6 +16,7 @@ from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import missing, per_run
 from grader.checks.numeric import Difference, Named, compare, named, scale
+from grader.probe.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, OptGrads, Optimizer
 from grader.run.job import JobResult, RankResult
 
 
@@ -34,11 +35,11 @@ class Trajectory:
 
 def setup_values(rank: RankResult) -> dict:
     """The script's setup variables as first seen (at DDP construction or first forward)."""
-    snapshots = rank.of_kind("globals")
+    snapshots = rank.of_kind(Globals)
     for when in ("ddp", "first_forward", "end"):
         for snap in snapshots:
-            if snap.get("when") == when and snap.get("values"):
-                return snap["values"]
+            if snap.when == when and snap.values:
+                return snap.values
     return {}
 
 
@@ -49,18 +50,18 @@ def rank_setup(ctx: CheckContext) -> Verdict:
     names = {role: ctx.options[f"{role}_variable"] for role in ("rank", "local_rank", "world_size")}
 
     def judge(run: JobResult) -> tuple[bool, str]:
-        if not any(r.first("init_pg") for r in run.ranks):
+        if not any(r.first(InitPg) for r in run.ranks):
             return missing(run, "a process group")
         problems = []
         for rank in run.ranks:
             expected = {"rank": rank.rank, "local_rank": rank.local_rank, "world_size": run.layout.world_size}
-            group = rank.first("init_pg")
+            group = rank.first(InitPg)
             if group is None:
                 problems.append(f"rank {rank.rank} never initialised the process group ({failures.rank_end(rank) or 'no call seen'})")
                 continue
-            if (group.get("rank"), group.get("world_size")) != (rank.rank, run.layout.world_size):
+            if (group.rank, group.world_size) != (rank.rank, run.layout.world_size):
                 problems.append(
-                    f"rank {rank.rank}: the process group says rank {group.get('rank')} of {group.get('world_size')}, "
+                    f"rank {rank.rank}: the process group says rank {group.rank} of {group.world_size}, "
                     f"expected rank {rank.rank} of {run.layout.world_size} (let init_process_group read RANK and WORLD_SIZE)"
                 )
             values = setup_values(rank)
@@ -87,12 +88,14 @@ def expected_device(rank: RankResult, gpus_per_node: int) -> str:
 
 
 def model_devices(rank: RankResult) -> list[str]:
-    model = rank.first("model")
-    return sorted(set(model.get("devices") or [])) if model else []
+    """The devices of the model's parameters (the first model seen)."""
+    model = rank.first(Model)
+    return sorted(set(model.devices)) if model else []
 
 
-def model_forwards(rank: RankResult) -> list[dict]:
-    return [f for f in rank.of_kind("forward") if f.get("has_params") and f.get("inputs")]
+def model_forwards(rank: RankResult) -> list[Forward]:
+    """The outermost calls of the model that had tensor inputs."""
+    return [f for f in rank.of_kind(Forward) if f.role == "model" and f.inputs]
 
 
 def _ordinal_hint(text: str) -> str:
@@ -105,7 +108,7 @@ def device_mapping(ctx: CheckContext) -> Verdict:
     """Each rank's model and inputs live on its own device: cuda:LOCAL_RANK with GPUs, else cpu."""
 
     def judge(run: JobResult) -> tuple[bool, str]:
-        if not any(r.first("model") for r in run.ranks):
+        if not any(r.first(Model) for r in run.ranks):
             ok, line = missing(run, "the model")
             return ok, line + _ordinal_hint(line)
         problems = []
@@ -123,12 +126,13 @@ def device_mapping(ctx: CheckContext) -> Verdict:
                 problems.append(f"rank {rank.rank} (node {rank.node}, local rank {rank.local_rank}): model on {', '.join(devices)}, expected {want}{hint}")
             for device in devices:
                 used.setdefault(f"node {rank.node} {device}", []).append(rank.rank)
-            inputs = {i["device"] for f in model_forwards(rank) for i in f["inputs"][:1]}
+            inputs = {f.inputs[0].device for f in model_forwards(rank)}
             if inputs and inputs != {want}:
                 problems.append(f"rank {rank.rank}: inputs on {', '.join(sorted(inputs))}, expected {want}")
-            wrapped = rank.first("ddp")
-            if wrapped and wrapped.get("device_ids") not in (None, [str(rank.local_rank)], [want]):
-                problems.append(f"rank {rank.rank}: DDP(device_ids={wrapped['device_ids']}), expected [{rank.local_rank}]" if want != "cpu" else f"rank {rank.rank}: DDP(device_ids={wrapped['device_ids']}) on the CPU, expected None")
+            wrapped = rank.first(Ddp)
+            if wrapped and wrapped.device_ids not in (None, (str(rank.local_rank),), (want,)):
+                ids = list(wrapped.device_ids or ())
+                problems.append(f"rank {rank.rank}: DDP(device_ids={ids}), expected [{rank.local_rank}]" if want != "cpu" else f"rank {rank.rank}: DDP(device_ids={ids}) on the CPU, expected None")
         if gpus:
             for where, ranks in sorted(used.items()):
                 if len(ranks) > 1:
@@ -151,7 +155,7 @@ def batch_shard(ctx: CheckContext) -> Verdict:
             return missing(run, "a forward pass of the model")
         problems = []
         for rank in run.ranks:
-            sizes = [f["inputs"][0]["shape"][0] if f["inputs"][0]["shape"] else 0 for f in model_forwards(rank)]
+            sizes = [f.inputs[0].shape[0] if f.inputs[0].shape else 0 for f in model_forwards(rank)]
             if not sizes:
                 problems.append(f"rank {rank.rank} never ran the model ({failures.rank_end(rank) or 'no forward seen'})")
                 continue
@@ -169,13 +173,19 @@ def batch_shard(ctx: CheckContext) -> Verdict:
 
 
 # -------------------------------------------------------- gradients, params
-def _steps(rank: RankResult, kind: str, field: str) -> list[Named]:
-    return [named(e.get("names", []), e.get(field)) for e in sorted(rank.of_kind(kind), key=lambda e: e.get("step", 0))]
+def gradient_steps(rank: RankResult) -> list[Named]:
+    """The gradients before each optimizer step, by parameter name."""
+    return [named(e.names, e.grads) for e in sorted(rank.of_kind(OptGrads), key=lambda e: e.step)]
+
+
+def parameter_steps(rank: RankResult) -> list[Named]:
+    """The parameters after each optimizer step, by name."""
+    return [named(e.names, e.values) for e in sorted(rank.of_kind(Optimizer), key=lambda e: e.step)]
 
 
 def allreduce_pattern(rank: RankResult, steps: int) -> list[int]:
     """All-reduce calls (DDP buckets and explicit calls) in each of the first `steps` steps."""
-    counts = Counter(e.get("step", 0) for e in rank.of_kind("allreduce"))
+    counts = Counter(e.step for e in rank.of_kind(AllReduce))
     return [counts.get(step, 0) for step in range(steps)]
 
 
@@ -194,9 +204,9 @@ def closest(observed: Named, refs: Sequence[Trajectory], pick: Callable[[Traject
 def _start_matches(run: JobResult, ref: Trajectory, rtol: float, atol: float) -> str | None:
     """Why the model's initial parameters differ from the reference's, if they do."""
     for rank in run.ranks:
-        model = rank.first("model")
-        if model and model.get("values") is not None:
-            diff = compare(named(model["names"], model["values"]), ref.initial, rtol, atol)
+        model = rank.first(Model)
+        if model and model.values is not None:
+            diff = compare(named(model.names, model.values), ref.initial, rtol, atol)
             if not diff.ok:
                 return f"the model starts from other weights than the reference ({diff.describe()}): keep the template's model, seed and data"
             return None
@@ -212,7 +222,7 @@ def grad_sync(ctx: CheckContext) -> Verdict:
     def judge(run: JobResult) -> tuple[bool, str]:
         refs: Sequence[Trajectory] = ctx.references[run.spec.name]
         ref = refs[0]
-        grads = {r.rank: _steps(r, "opt_grads", "grads") for r in run.ranks}
+        grads = {r.rank: gradient_steps(r) for r in run.ranks}
         if not all(grads.values()):
             return missing(run, "an optimizer step")
         pattern = allreduce_pattern(run.ranks[0], len(grads[0]))
@@ -255,7 +265,7 @@ def params_sync(ctx: CheckContext) -> Verdict:
     def judge(run: JobResult) -> tuple[bool, str]:
         steps = int(ctx.args_of(run)[ctx.options["steps_argument"]])
         refs: Sequence[Trajectory] = ctx.references[run.spec.name]
-        params = {r.rank: _steps(r, "opt_params", "values") for r in run.ranks}
+        params = {r.rank: parameter_steps(r) for r in run.ranks}
         if not all(params.values()):
             return missing(run, "an optimizer step")
         short = [rank for rank, seen in params.items() if len(seen) < steps]
@@ -285,9 +295,9 @@ def clean_exit(ctx: CheckContext) -> Verdict:
             return False, reason
         problems = []
         for rank in run.ranks:
-            end = rank.first("end_state")
-            destroyed = any(e.get("default_group") for e in rank.of_kind("destroy_pg"))
-            if not destroyed or (end and end.get("pg_initialized")):
+            end = rank.first(EndState)
+            destroyed = any(e.default_group for e in rank.of_kind(DestroyPg))
+            if not destroyed or (end and end.pg_initialized):
                 problems.append(f"rank {rank.rank} never called dist.destroy_process_group()")
         if run.leftovers:
             problems.append(f"{run.leftovers} process(es) were still running after the ranks exited and were killed")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import signal
 
+from grader.probe.events import ExceptionInfo, Raised
 from grader.run.job import JobResult, RankResult
 
 _CONSEQUENCE = re.compile(
@@ -16,31 +17,27 @@ _CONSEQUENCE = re.compile(
     r"Connection refused|DistBackendError|failed to recv|failed to send|NCCL communicator",
 )
 _TODO = re.compile(r"^TODO\b")
+DAMAGED = "the records of your process are damaged"
 
 
-def exception_of(rank: RankResult) -> dict | None:
-    """The exception a rank's script ended with, as the probe recorded it."""
-    end = rank.first("exit")
-    if end and end.get("how") == "exception":
-        return end.get("exception") or {}
-    return None
+def exception_of(rank: RankResult) -> Raised | None:
+    """The exception a rank's script ended with, as the recorder saw it."""
+    return rank.first(Raised)
 
 
-def _where(exc: dict) -> str:
-    frames = exc.get("frames") or []
-    if not frames:
+def _where(exc: ExceptionInfo) -> str:
+    if not exc.frames:
         return ""
-    last = frames[-1]
-    code = f" ({last.get('code')})" if last.get("code") else ""
-    return f" at {last.get('file')}:{last.get('line')}{code}"
+    last = exc.frames[-1]
+    code = f" ({last.code})" if last.code else ""
+    return f" at {last.file}:{last.line}{code}"
 
 
-def todo_of(exc: dict | None) -> str | None:
+def todo_of(exc: ExceptionInfo | None) -> str | None:
     """'TODO 1: … (p6_ddp.py:54)' when the exception is an untouched TODO of a template."""
-    if exc and exc.get("type") == "NotImplementedError" and _TODO.match(exc.get("message", "")):
-        frames = exc.get("frames") or []
-        where = f" ({frames[-1].get('file')}:{frames[-1].get('line')})" if frames else ""
-        return f"{exc['message']}{where}"
+    if exc and exc.type == "NotImplementedError" and _TODO.match(exc.message):
+        where = f" ({exc.frames[-1].file}:{exc.frames[-1].line})" if exc.frames else ""
+        return f"{exc.message}{where}"
     return None
 
 
@@ -49,15 +46,15 @@ def todo_stop(rank: RankResult) -> str | None:
     return todo_of(exception_of(rank))
 
 
-def failure(exc: dict) -> str:
+def failure(exc: ExceptionInfo) -> str:
     """'stops at TODO 1: …' or 'raised ValueError: … at file:line (code)'."""
     todo = todo_of(exc)
     return f"stops at {todo}" if todo else f"raised {describe_exception(exc)}"
 
 
-def is_consequence(exc: dict) -> bool:
+def is_consequence(exc: ExceptionInfo) -> bool:
     """Whether an exception looks like the echo of another rank's failure."""
-    return bool(_CONSEQUENCE.search(f"{exc.get('type', '')}: {exc.get('message', '')}"))
+    return bool(_CONSEQUENCE.search(f"{exc.type}: {exc.message}"))
 
 
 HINTS = {
@@ -66,11 +63,11 @@ HINTS = {
 }
 
 
-def describe_exception(exc: dict) -> str:
-    message = (exc.get("message") or "").strip().splitlines()
+def describe_exception(exc: ExceptionInfo) -> str:
+    message = exc.message.strip().splitlines()
     first = message[0][:300] if message else ""
     hint = next((f" — {text}" for prefix, text in HINTS.items() if first.startswith(prefix)), "")
-    return f"{exc.get('type', 'Exception')}: {first}{_where(exc)}{hint}"
+    return f"{exc.type}: {first}{_where(exc)}{hint}"
 
 
 def _signal_name(number: int) -> str:
@@ -99,11 +96,25 @@ def rank_end(rank: RankResult) -> str | None:
     return None
 
 
+def damaged(run: JobResult) -> str | None:
+    """One line on the ranks whose records (event files) are damaged, or None. Damaged
+    records explain a run's failure; what they hold is never taken as an observation."""
+    found = [r for r in run.ranks if r.record.damaged]
+    if not found:
+        return None
+    who = f"rank {found[0].rank}: " if len(run.ranks) > 1 else ""
+    more = f" (and those of {_ranks([r.rank for r in found[1:]])})" if len(found) > 1 else ""
+    return f"{who}{DAMAGED}: {found[0].record.damaged}{more}"
+
+
 def explain(run: JobResult) -> str | None:
-    """The root cause of a run's failure in one line, or None when every rank ended cleanly.
-    A cap the kernel saw the job reach (memory, processes, disk) leads: it is the cause of
-    whatever the ranks did next."""
+    """The root cause of a run's failure in one line, or None when every rank ended cleanly
+    and recorded what it did. A cap the kernel saw the job reach (memory, processes, disk)
+    leads: it is the cause of whatever the ranks did next. Damaged records come last."""
     cause = _explain(run)
+    damage = damaged(run)
+    if damage:
+        cause = f"{cause}; {damage}" if cause else damage
     if not run.caps_hit:
         return cause
     return "; ".join(run.caps_hit) + (f" — then {cause}" if cause else "")
@@ -138,13 +149,13 @@ def _explain(run: JobResult) -> str | None:
 
 def _explain_lost_contact(run: JobResult, failed: list[RankResult]) -> str:
     """Every failure is a broken connection: the ranks disagreed on the collectives to run."""
-    exc = exception_of(failed[0]) or {}
-    gist = _CONSEQUENCE.search(f"{exc.get('type', '')}: {exc.get('message', '')}")
+    exc = exception_of(failed[0]) or ExceptionInfo(type="error", message="")
+    gist = _CONSEQUENCE.search(f"{exc.type}: {exc.message}")
     finished = [r.rank for r in run.ranks if rank_end(r) is None]
     others = f"; {_ranks(finished)} had already finished normally" if finished else ""
     return (
         f"rank {failed[0].rank} lost contact with the other ranks in a collective{_where(exc)} "
-        f"({gist.group(0) if gist else exc.get('type', 'error')}){others} — every rank must run the same "
+        f"({gist.group(0) if gist else exc.type}){others} — every rank must run the same "
         "collectives in the same order (e.g. backward() on every rank in every step)"
     )
 

@@ -7,13 +7,14 @@ from typing import Any
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
-from grader.run.job import JobResult
+from grader.probe.events import Globals
+from grader.run.job import JobResult, RankResult
 
 
-def _end_value(rank, name: str) -> Any:
-    for event in reversed(rank.of_kind("globals")):
-        if name in event.get("values", {}):
-            return event["values"][name]
+def _end_value(rank: RankResult, name: str) -> Any:
+    for event in reversed(rank.of_kind(Globals)):
+        if name in event.values:
+            return event.values[name]
     return None
 
 

@@ -13,15 +13,16 @@ from typing import Any
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import missing, per_run
+from grader.probe.events import AllReduce, Backward, Forward, Model, OptGrads
 from grader.run.job import JobResult, RankResult
 
 
 def stage_devices(rank: RankResult, stages: tuple[str, str]) -> list[list[str]]:
     """The devices of each stage's parameters (names `stage.…`), from the model event."""
-    model = rank.first("model")
+    model = rank.first(Model)
     if not model:
         return []
-    pairs = list(zip(model.get("names", []), model.get("devices", [])))
+    pairs = list(zip(model.names, model.devices))
     return [sorted({device for name, device in pairs if name.split(".")[0] == stage}) for stage in stages]
 
 
@@ -42,7 +43,7 @@ def stage_placement(ctx: CheckContext) -> Verdict:
     stages = _stages(ctx)
 
     def judge(run: JobResult) -> tuple[bool, str]:
-        if not any(r.first("model") for r in run.ranks):
+        if not any(r.first(Model) for r in run.ranks):
             return missing(run, "the model")
         gpus = ctx.gpus_of(run)
         problems, owners = [], {}
@@ -81,11 +82,11 @@ def micro_batches(ctx: CheckContext, run: JobResult) -> int:
 def passes(rank: RankResult) -> dict[int, tuple[int, int]]:
     """Forward (outermost model calls) and backward passes in each optimizer step."""
     counts: dict[int, list[int]] = {}
-    for event in rank.of_kind("forward"):
-        if event.get("depth") == 0 and event.get("has_params"):
-            counts.setdefault(event.get("step", 0), [0, 0])[0] += 1
-    for event in rank.of_kind("backward"):
-        counts.setdefault(event.get("step", 0), [0, 0])[1] += 1
+    for event in rank.of_kind(Forward):
+        if event.depth == 0 and event.has_params:
+            counts.setdefault(event.step, [0, 0])[0] += 1
+    for event in rank.of_kind(Backward):
+        counts.setdefault(event.step, [0, 0])[1] += 1
     return {step: (f, b) for step, (f, b) in counts.items()}
 
 
@@ -95,10 +96,10 @@ def passes_per_step(ctx: CheckContext) -> Verdict:
     def judge(run: JobResult) -> tuple[bool, str]:
         want = micro_batches(ctx, run)
         steps = int(ctx.args_of(run)[ctx.options["steps_argument"]])
-        if not any(r.of_kind("opt_grads") for r in run.ranks):
+        if not any(r.of_kind(OptGrads) for r in run.ranks):
             return missing(run, "an optimizer step")
         for rank in run.ranks:
-            taken = len(rank.of_kind("opt_grads"))
+            taken = len(rank.of_kind(OptGrads))
             if taken > steps:
                 return False, f"rank {rank.rank} took {taken} optimizer steps for {steps} training steps — is optimizer.step() inside the micro-batch loop? (accumulate, then step once)"
             for step, (forwards, backwards) in sorted(passes(rank).items()):
@@ -117,11 +118,11 @@ def allreduce_per_micro_batch(rank: RankResult, step: int) -> list[int]:
     """All-reduces that followed each backward pass of `step`, in order."""
     counts: list[int] = []
     for event in rank.events:
-        if event.get("step") != step:
+        if event.step != step:
             continue
-        if event.get("kind") == "backward":
+        if isinstance(event, Backward):
             counts.append(0)
-        elif event.get("kind") == "allreduce" and counts:
+        elif isinstance(event, AllReduce) and counts:
             counts[-1] += 1
     return counts
 
@@ -170,7 +171,7 @@ def hybrid_answers(ctx: CheckContext) -> Verdict:
     by_m = {micro_batches(ctx, run): run for run in reversed(ctx.runs)}
     observed: dict[str, Any] = {}
     for run in [main, *by_m.values()]:
-        if run is not None and not any(r.first("model") for r in run.ranks):
+        if run is not None and (failures.damaged(run) or not any(r.first(Model) for r in run.ranks)):
             return Verdict(False, f"could not observe the program: {failures.explain(run) or 'no model was built'}")
     if main is not None:
         observed["part1.processes"] = main.layout.world_size

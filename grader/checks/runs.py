@@ -1,4 +1,5 @@
-"""Judging a check run by run: a check passes when it passes on every run it grades."""
+"""Judging a check run by run: a check passes when it passes on every run it grades; a run
+whose records are damaged fails it, with that explanation."""
 from __future__ import annotations
 
 from typing import Callable
@@ -21,7 +22,12 @@ def per_run(ctx: CheckContext, judge: RunJudge, passed_summary: str, data: dict 
         return Verdict(False, "no run of the submission was available to this check")
     lines, failed, fraction = [], [], 1.0
     for run in ctx.runs:
-        outcome = judge(run) if run.ranks else (False, failures.explain(run) or "the run produced no ranks")
+        if not run.ranks:
+            outcome = (False, failures.explain(run) or "the run produced no ranks")
+        elif failures.damaged(run):
+            outcome = (False, failures.explain(run) or "")
+        else:
+            outcome = judge(run)
         ok, line = outcome[0], outcome[1]
         fraction = min(fraction, 1.0 if ok else (outcome[2] if len(outcome) > 2 else 0.0))
         lines.append(f"{'✓' if ok else '✗'} {run_label(run)}: {line}")

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from grader.checks import failures
+from grader.probe.events import Optimizer
 from grader.run.job import JobResult, RankResult
 
 
 def rank_step_seconds(rank: RankResult, warmup: int = 1) -> list[float]:
     """Duration of each optimizer step of one rank, the first `warmup` steps (at least one) left out."""
-    ends = [e["t"] for e in sorted(rank.of_kind("opt_params"), key=lambda e: e.get("step", 0)) if "t" in e]
+    ends = [e.end for e in sorted(rank.of_kind(Optimizer), key=lambda e: e.step)]
     durations = [later - earlier for earlier, later in zip(ends, ends[1:])]  # durations[i] is step i + 1
     return durations[max(warmup, 1) - 1 :]
 

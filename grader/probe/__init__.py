@@ -7,7 +7,10 @@ and judges on its own side.
 
 Modules:
     zygote     -- a fork server: imports torch once, then forks every rank of every job.
-    rank       -- runs one rank: stdio, fault handler, observers, the student's script.
-    observers  -- the hooks that record process groups, DDP, forwards, all-reduces and steps.
-    recorder   -- the size-capped JSON-lines writer the observers share.
+    rank       -- runs one rank: stdio, fault handler, the recorder, the student's script.
+    observers  -- the recorder: the hooks that record process groups, DDP, forwards,
+                  all-reduces and steps.
+    events     -- every event it writes, defined once (standard library only); the grader
+                  reads the files back with the same definitions (grader.run.records).
+    recorder   -- the size-capped event file.
 """

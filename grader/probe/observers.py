@@ -1,87 +1,279 @@
-"""Observers installed in a rank before the student's script runs.
+"""The recorder: what a process records about its own training, through public torch hooks
+where torch has one. One recorder serves every command: `grade`, `check` and `run` install it
+in each rank (grader.probe.rank), `observe` in every Python process of the observed command
+(grader/probe/boot/sitecustomize.py, through `start_observing`).
 
-What is recorded, and how (all through public torch hooks where torch has one):
-    init_pg / destroy_pg -- wrappers around torch.distributed.{init,destroy}_process_group; a
-                            process-group timeout is added when the script gives none, so a
-                            hung collective ends by itself even if the grader's kill misses it.
-    ddp                  -- a wrapper around DistributedDataParallel.__init__: device_ids, the
-                            devices and initial values of the parameters.
-    allreduce            -- every gradient bucket DDP all-reduces (a DDP communication hook that
-                            does what DDP does by default, or calls the student's own hook), and
-                            every explicit torch.distributed.all_reduce call.
-    forward              -- global module forward hooks: each outermost module call with the
-                            shapes and devices of its tensor inputs; in the first
-                            `detail_steps` steps also the nested calls (DataParallel replicas,
-                            pipeline stages, layers) with their depth, name and parameter devices.
-    forward_output       -- text the script printed while a module's forward was running.
-    backward             -- each backward pass (a wrapper around torch.autograd.backward, which
-                            Tensor.backward calls); DDP's all-reduces of a pass follow it.
-    opt_grads / params   -- global optimizer step hooks: gradients before and parameters after
-                            each optimizer step (after a CUDA synchronize, so the event's time
-                            is the step's end); the step counter every other event carries.
-    cuda_memory          -- at the end, the peak memory allocated on each CUDA device.
-    globals              -- the values of the script's setup variables (rank, local_rank, ...),
-                            read from its module frame at DDP construction and first forward.
-Devices are read through `device_of`, which knows virtual GPUs; values are read with torch
-functions disabled, so the probe's own reads never pass through the virtual-GPU mode.
+What it records (grader.probe.events defines each event):
+    process group    -- init_process_group (a timeout is added where the script gives none and
+                        the options ask for one, so a hung collective ends by itself) and
+                        destroy_process_group.
+    DDP              -- its construction (device_ids, parameter devices) and the model it wraps;
+                        a communication hook that times every gradient bucket and does what DDP
+                        does by default, or calls the script's own hook (DDP takes only one),
+                        also for the built-in hooks where torch has a Python equivalent.
+    all-reduce       -- DDP's buckets and every explicit dist.all_reduce, as spans.
+    forward          -- module calls as spans: each outermost call of a model, each DataParallel
+                        replica, each one-device stage of a model spread over devices; in the
+                        first `detail_steps` steps every call (with its parameters' devices).
+                        Text printed inside a recorded call (OutputTap) in those steps too.
+    model            -- each model when first seen: parameter names, shapes, devices; the first
+                        one's values where the options ask for values.
+    backward         -- torch.autograd.backward (which Tensor.backward calls), as a span.
+    optimizer        -- each step as a span (CUDA synchronised at its end), the parameters after
+                        it; with values, the gradients before it (opt_grads) and the values.
+    globals          -- the script's setup variables the options name, at DDP's construction,
+                        the first model call and the end.
+    end              -- an uncaught exception, peak CUDA memory, whether a process group is left,
+                        and how the script ended.
+A failure of the recorder's own never stops the script: it becomes a `note` event. Devices are
+read through `device_of`, which knows virtual GPUs, with torch functions disabled, so the
+recorder's own reads never pass through the virtual-GPU mode. A process forked from a recorded
+one (a DataLoader worker) records nothing.
 """
 from __future__ import annotations
 
+import atexit
 import datetime
+import itertools
+import os
+import socket
 import sys
 import threading
+import time
+import traceback
+import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 from torch.nn.modules import module as nn_module
-from torch.nn.parallel import DistributedDataParallel
+from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.optim import optimizer as optim_module
 
+from grader.probe.events import (
+    EVENTS_VERSION,
+    MAX_ITEMS,
+    AllReduce,
+    Backward,
+    CommHook,
+    Ddp,
+    DestroyPg,
+    E,
+    EndState,
+    Event,
+    ExceptionInfo,
+    Exit,
+    Forward,
+    ForwardOutput,
+    Globals,
+    InitPg,
+    InitPgCall,
+    Memory,
+    Model,
+    Note,
+    OptGrads,
+    Optimizer,
+    Process,
+    Frame,
+    Raised,
+    TensorInfo,
+    clip,
+)
 from grader.probe.patching import replace_in_torch
-from grader.probe.recorder import Recorder
+from grader.probe.recorder import EventFile
 
+MAX_EVENT_BYTES = 64 << 20
+SOURCE_LINE_LIMIT = 200
+WRAPPERS = (DistributedDataParallel, DataParallel)
 DeviceOf = Callable[[torch.Tensor], torch.device]
+Mark = tuple[float, int, int]  # a span's start: monotonic time, sequence number, step
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What a process records beyond what `observe` shows; grading turns these on."""
+
+    script: str | None = None  # the script's path: its module namespace is found on the stack
+    watch_globals: tuple[str, ...] = ()  # the script's variables recorded (globals events)
+    values: bool = False  # gradients and parameter values (opt_grads, optimizer, model)
+    max_value_steps: int = 8  # steps whose values are taken
+    max_values: int = 200_000  # no values of models larger than this
+    detail_steps: int = 0  # steps in which every module call is recorded
+    pg_timeout_s: float | None = None  # a process-group timeout where the script gives none
+    virtual_gpus: int = 0  # the process runs on this many virtual GPUs
 
 
 def _plain_device(tensor: torch.Tensor) -> torch.device:
     return tensor.device
 
 
-class Probe:
-    """The observer state of one rank. `install()` puts the hooks in place; nothing is global
-    beyond what torch's own hook registries hold."""
+def _environment_number(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
 
-    def __init__(self, recorder: Recorder, config: dict, device_of: DeviceOf | None = None) -> None:
-        self.rec = recorder
-        self.script = config["script"]
-        self.watch_globals: list[str] = config.get("watch_globals", [])
-        self.max_value_steps: int = config.get("max_value_steps", 8)
-        self.max_values: int = config.get("max_values", 200_000)
-        self.detail_steps: int = config.get("detail_steps", 2)
-        self.pg_timeout_s: float = config.get("pg_timeout_s", 120.0)
+
+def _frame(filename: str, lineno: int | None, func: str, line: str | None, cwd: str) -> Frame:
+    rel = os.path.relpath(filename, cwd) if os.path.isabs(filename) else filename
+    return Frame(file=clip(rel), line=lineno, func=clip(func), code=(line or "").strip()[:SOURCE_LINE_LIMIT])
+
+
+def describe_exception(exc: BaseException, cwd: str) -> ExceptionInfo:
+    """The exception's type and message, and its frames split into the student's (files under
+    `cwd`) and the innermost library frame where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    prefix = os.path.join(cwd, "")
+    student = [_frame(f.filename, f.lineno, f.name, f.line, cwd) for f in frames if f.filename.startswith(prefix)]
+    if isinstance(exc, SyntaxError) and exc.filename and str(exc.filename).startswith(prefix):
+        student.append(_frame(exc.filename, exc.lineno, "<module>", exc.text, cwd))
+    library = None
+    if frames and not frames[-1].filename.startswith(prefix):
+        last = frames[-1]
+        library = _frame(last.filename, last.lineno, last.name, last.line, cwd)
+    message = str(exc)
+    if isinstance(exc, SyntaxError):
+        message = exc.msg or message
+    return ExceptionInfo(type=clip(type(exc).__name__), message=message[:2000], frames=tuple(student[-8:]), library_frame=library)
+
+
+def wrapped_label(module: torch.nn.Module) -> str:
+    """"DistributedDataParallel(Net)" for a wrapper, "Net" for a plain model."""
+    name = type(module).__name__
+    inner = getattr(module, "module", None)
+    if isinstance(module, WRAPPERS) and isinstance(inner, torch.nn.Module):
+        return f"{name}({type(inner).__name__})"
+    return name
+
+
+class _Frame:
+    """One running module call in a thread's call stack: its event's fields and start, if
+    it is recorded."""
+
+    __slots__ = ("module", "fields", "mark")
+
+    def __init__(self, module: torch.nn.Module, fields: dict | None, mark: Mark | None) -> None:
+        self.module = module
+        self.fields = fields
+        self.mark = mark
+
+
+class Probe:
+    """The recorder of one process. `install()` puts the hooks in place; the state lives here
+    (nothing is global beyond what torch's own hook registries hold). The file `path` is
+    opened at the first event (a process that records nothing leaves none) or by `open()`."""
+
+    def __init__(self, path: str, options: ProbeOptions = ProbeOptions(), device_of: DeviceOf | None = None, max_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.path = path
+        self.options = options
         self.device_of = device_of or _plain_device
+        self.max_bytes = max_bytes
+        self.pid = os.getpid()
         self.step = 0
+        self._t0 = time.monotonic()
+        self._seq = itertools.count()
+        self._file: EventFile | None = None
+        self._disabled = False
+        self._finished = False
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._originals: dict[str, Callable] = {}
+        self._calls = 0
+        self._open_call: int | None = None
+        self._noted: set[str] = set()
+        self._devices: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._stage_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._models_seen: weakref.WeakSet = weakref.WeakSet()
+        self._step_starts: dict[int, Mark] = {}
+        self._allreduce_hook: Callable | None = None
         self.param_names: dict[int, str] = {}
         self.module_names: dict[int, str] = {}
         self.model_seen = False
-        self.model_forwarded = False
-        self._local = threading.local()
-        self._originals: dict[str, Callable] = {}
+        self.values_taken = False
+        self.first_call_seen = False
 
-    # ---------------------------------------------------------------- values
+    # ------------------------------------------------------------ writing
+    def open(self) -> None:
+        """Open the file and write the header now (else it happens at the first event)."""
+        with self._lock:
+            self._ensure_open()
+
+    def _ensure_open(self) -> None:
+        if self._file is not None:
+            return
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        self._file = EventFile(self.path, self.max_bytes)
+        self._file.write(
+            Process(
+                t=self._now(),
+                seq=next(self._seq),
+                step=self.step,
+                version=EVENTS_VERSION,
+                pid=self.pid,
+                ppid=os.getppid(),
+                host=clip(socket.gethostname()),
+                argv=tuple(clip(a) for a in sys.argv[:MAX_ITEMS]),
+                rank=_environment_number("RANK"),
+                local_rank=_environment_number("LOCAL_RANK"),
+                world_size=_environment_number("WORLD_SIZE"),
+                virtual_gpus=self.options.virtual_gpus,
+                cuda=self.options.virtual_gpus == 0 and torch.cuda.is_available(),
+                wall=time.time(),
+                torch=torch.__version__,
+            )
+        )
+
+    def _now(self) -> float:
+        return round(time.monotonic() - self._t0, 6)
+
+    def _write(self, event: Event) -> None:
+        if self._disabled or os.getpid() != self.pid:  # a forked child (a DataLoader worker) writes nothing
+            return
+        with self._lock:
+            try:
+                self._ensure_open()
+                assert self._file is not None
+                self._file.write(event)
+            except OSError as exc:
+                self._disabled = True
+                sys.stderr.write(f"grader: stopped recording this process: {exc}\n")
+
+    def emit(self, kind: type[E], **fields: Any) -> None:
+        """Write an event of `kind` that happens now."""
+        self._write(kind(t=self._now(), seq=next(self._seq), step=self.step, **fields))
+
+    def begin(self) -> Mark:
+        """The start of a span, for `span`."""
+        return time.monotonic(), next(self._seq), self.step
+
+    def span(self, kind: type[E], mark: Mark, end: float | None = None, **fields: Any) -> None:
+        """Write a span of `kind` that began at `mark` and ends now (or at monotonic `end`)."""
+        start, seq, step = mark
+        stop = time.monotonic() if end is None else end
+        self._write(kind(t=round(start - self._t0, 6), seq=seq, step=step, dur=round(stop - start, 6), **fields))
+
+    def note(self, text: str) -> None:
+        """Say once what could not be observed."""
+        if text not in self._noted:
+            self._noted.add(text)
+            self.emit(Note, text=clip(text))
+
+    def _failed(self, where: str, exc: Exception) -> None:
+        self.note(f"observer error in {where} ({type(exc).__name__}: {exc}); what it records may be incomplete")
+
+    # ------------------------------------------------------------ values
     def device_name(self, tensor: torch.Tensor) -> str:
         return str(self.device_of(tensor))
 
-    def inputs(self, args: tuple) -> list[dict]:
-        """Shapes and devices of the tensors among a call's arguments (first level only)."""
-        return [{"shape": list(v.shape), "device": self.device_name(v)} for v in args if isinstance(v, torch.Tensor)]
+    def inputs(self, args: tuple) -> tuple[TensorInfo, ...]:
+        """Shape and device of each tensor among a call's arguments (first level)."""
+        with torch._C.DisableTorchFunction():
+            return tuple(TensorInfo(shape=tuple(a.shape), device=self.device_name(a)) for a in args if isinstance(a, torch.Tensor))
 
     def describe(self, value: Any) -> Any:
-        """A small JSON-able description of a value from the student's namespace."""
+        """A small JSON value describing a value from the script's namespace."""
         if isinstance(value, (bool, int, float, str)) or value is None:
-            return value
+            return clip(value) if isinstance(value, str) else value
         if isinstance(value, torch.device):
             return str(value)
         if isinstance(value, torch.Tensor):
@@ -89,156 +281,260 @@ class Probe:
         return {"type": type(value).__name__, "repr": repr(value)[:120]}
 
     @staticmethod
-    def flat_values(tensors: list[torch.Tensor | None]) -> list[list[float] | None]:
+    def flat_values(tensors: list[torch.Tensor | None]) -> tuple[tuple[float, ...] | None, ...]:
         """Exact float values of small tensors (None stays None)."""
         with torch._C.DisableTorchFunction():
-            return [None if t is None else t.detach().to("cpu", torch.float64).reshape(-1).tolist() for t in tensors]
+            return tuple(None if t is None else tuple(t.detach().to("cpu", torch.float64).reshape(-1).tolist()) for t in tensors)
 
-    # ------------------------------------------------------------------ install
+    def _parameter_devices(self, module: torch.nn.Module) -> tuple[str, ...]:
+        with torch._C.DisableTorchFunction():
+            return tuple(sorted({self.device_name(p) for p in module.parameters()}))
+
+    def _devices_of(self, module: torch.nn.Module) -> tuple[str, ...]:
+        """The devices of a module's parameters, found once per module."""
+        devices = self._devices.get(module)
+        if devices is None:
+            devices = self._devices[module] = self._parameter_devices(module)
+        return devices
+
+    # ------------------------------------------------------------ install
     def install(self) -> None:
-        """Wrap the torch entry points and register the global hooks."""
-        self._wrap("init_process_group", self._init_process_group)
-        self._wrap("destroy_process_group", self._destroy_process_group)
-        self._wrap("all_reduce", self._all_reduce)
-        self._originals["ddp_init"] = DistributedDataParallel.__init__
-        self._originals["ddp_register_comm_hook"] = DistributedDataParallel.register_comm_hook
+        """Wrap torch's entry points, register the global hooks and the exit handler."""
+        for name, replacement in (
+            ("init_process_group", self._init_process_group),
+            ("destroy_process_group", self._destroy_process_group),
+            ("all_reduce", self._all_reduce),
+        ):
+            # wherever torch holds it: DeviceMesh calls init_process_group by its own name
+            self._originals[name] = replace_in_torch(c10d, name, replacement)
+        self._wrap_ddp()
+        self._originals["backward"] = torch.autograd.backward
+        self._originals["excepthook"] = sys.excepthook
         probe = self
 
-        def ddp_init(ddp_self, *args, **kwargs):
-            probe._originals["ddp_init"](ddp_self, *args, **kwargs)
-            probe._after_ddp_init(ddp_self, args, kwargs)
-
-        def register_comm_hook(ddp_self, state, hook):
-            hook_state = getattr(ddp_self, "_grader_hook_state", None)
-            if hook_state is None:
-                return probe._originals["ddp_register_comm_hook"](ddp_self, state, hook)
-            hook_state["user"] = (state, hook)  # ours stays registered and calls theirs
-            probe.rec.emit("comm_hook", name=getattr(hook, "__qualname__", repr(hook)), step=probe.step)
-            return None
-
-        DistributedDataParallel.__init__ = ddp_init
-        DistributedDataParallel.register_comm_hook = register_comm_hook
-        self._originals["backward"] = torch.autograd.backward
-
         def backward(*args, **kwargs):  # Tensor.backward() calls torch.autograd.backward
-            probe.rec.emit("backward", step=probe.step)
-            return probe._originals["backward"](*args, **kwargs)
+            mark = probe.begin()
+            try:
+                return probe._originals["backward"](*args, **kwargs)
+            finally:
+                probe.span(Backward, mark)
 
-        torch.autograd.backward = backward
-        nn_module.register_module_forward_pre_hook(self._forward_pre)
-        nn_module.register_module_forward_hook(self._forward_post, always_call=True)
+        def excepthook(kind, value, traceback):
+            try:
+                probe.emit(Raised, **vars(describe_exception(value, os.getcwd())))
+            finally:
+                probe._originals["excepthook"](kind, value, traceback)
+
         optim_module.register_optimizer_step_pre_hook(self._step_pre)
         optim_module.register_optimizer_step_post_hook(self._step_post)
+        nn_module.register_module_forward_pre_hook(self._forward_pre)
+        nn_module.register_module_forward_hook(self._forward_post, always_call=True)
+        torch.autograd.backward = backward
+        sys.excepthook = excepthook
+        atexit.register(self.finish)
 
-    def _wrap(self, name: str, replacement: Callable) -> None:
-        """Replace torch.distributed's `name` by `replacement` wherever torch holds it (DeviceMesh
-        calls init_process_group by its own name)."""
-        self._originals[name] = replace_in_torch(c10d, name, replacement)
+    def _wrap_ddp(self) -> None:
+        """Register the recorder's hook on each DDP right after it is built; a hook the script
+        registers later is called by ours instead of replacing it (DDP takes only one)."""
+        build = DistributedDataParallel.__init__
+        register = DistributedDataParallel.register_comm_hook
+        register_builtin = DistributedDataParallel._register_builtin_comm_hook
+        self._originals["ddp_register_comm_hook"] = register
+        probe = self
+
+        def built_and_hooked(ddp_self, *args, **kwargs):
+            build(ddp_self, *args, **kwargs)
+            probe._after_ddp_init(ddp_self, args, kwargs)
+
+        def routed_to_ours(ddp_self, state, hook):
+            routed = getattr(ddp_self, "_grader_hook_state", None)
+            if routed is None:
+                return register(ddp_self, state, hook)
+            routed["user"] = (state, hook)
+            probe.emit(CommHook, name=clip(getattr(hook, "__qualname__", repr(hook))))
+            return None
+
+        def builtin_routed_to_ours(ddp_self, comm_hook_type):
+            routed = getattr(ddp_self, "_grader_hook_state", None)
+            if routed is None:
+                return register_builtin(ddp_self, comm_hook_type)
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            python_hooks = {"ALLREDUCE": default_hooks.allreduce_hook, "FP16_COMPRESS": default_hooks.fp16_compress_hook}
+            same = python_hooks.get(getattr(comm_hook_type, "name", ""))
+            if same is None:
+                probe.note(f"DDP's built-in communication hook {comm_hook_type} was not applied: the observer's own hook stays")
+                return None
+            return routed_to_ours(ddp_self, routed["group"], same)
+
+        DistributedDataParallel.__init__ = built_and_hooked
+        DistributedDataParallel.register_comm_hook = routed_to_ours
+        DistributedDataParallel._register_builtin_comm_hook = builtin_routed_to_ours
 
     def tap(self, stream: TextIO) -> "OutputTap":
         """A stand-in for sys.stdout / sys.stderr that notes text printed inside a forward."""
         return OutputTap(stream, self)
 
-    # -------------------------------------------------------- process groups
+    # ----------------------------------------------------- process groups
     def _init_process_group(self, backend=None, *args, **kwargs):
-        requested = backend
-        if kwargs.get("timeout") is None and len(args) < 2:
-            kwargs["timeout"] = datetime.timedelta(seconds=self.pg_timeout_s)
-        self.rec.emit("init_pg_call", backend=str(requested), kwargs=sorted(kwargs), step=self.step)
+        if self.options.pg_timeout_s is not None and kwargs.get("timeout") is None and len(args) < 2:
+            kwargs["timeout"] = datetime.timedelta(seconds=self.options.pg_timeout_s)
+        self.emit(InitPgCall, backend=clip(str(backend)), kwargs=tuple(sorted(kwargs)))
         result = self._originals["init_process_group"](backend, *args, **kwargs)
-        self.rec.emit(
-            "init_pg",
-            requested=str(requested),
-            backend=str(dist.get_backend()),
-            rank=dist.get_rank(),
-            world_size=dist.get_world_size(),
-            step=self.step,
-        )
+        try:
+            self.emit(InitPg, requested=clip(str(backend)), backend=str(dist.get_backend()), rank=dist.get_rank(), world_size=dist.get_world_size())
+        except Exception as exc:  # noqa: BLE001 - the script goes on whatever the recorder meets
+            self._failed("init_process_group", exc)
         return result
 
     def _destroy_process_group(self, *args, **kwargs):
         group = args[0] if args else kwargs.get("group")
-        self.rec.emit("destroy_pg", default_group=group is None, step=self.step)
+        self.emit(DestroyPg, default_group=group is None)
         return self._originals["destroy_process_group"](*args, **kwargs)
 
     def _all_reduce(self, tensor, *args, **kwargs):
-        if isinstance(tensor, torch.Tensor):
-            self.rec.emit("allreduce", source="dist.all_reduce", numel=tensor.numel(), step=self.step)
-        return self._originals["all_reduce"](tensor, *args, **kwargs)
+        if getattr(self._local, "in_ddp_hook", False) or not isinstance(tensor, torch.Tensor):
+            return self._originals["all_reduce"](tensor, *args, **kwargs)
+        mark = self.begin()
+        try:
+            return self._originals["all_reduce"](tensor, *args, **kwargs)
+        finally:
+            asynchronous = bool(kwargs.get("async_op") or (len(args) > 2 and args[2]))
+            numel = tensor.numel()
+            self.span(AllReduce, mark, source="call", numel=numel, bytes=numel * tensor.element_size(), bucket=None, async_op=asynchronous)
 
-    # -------------------------------------------------------------------- DDP
-    def _after_ddp_init(self, ddp, args: tuple, kwargs: dict) -> None:
-        device_ids = kwargs.get("device_ids", args[1] if len(args) > 1 else None)
-        self._remember_model(ddp.module)
-        self.rec.emit(
-            "ddp",
-            device_ids=[str(d) for d in device_ids] if device_ids is not None else None,
-            param_devices=sorted({self.device_name(p) for p in ddp.module.parameters()}),
-            step=self.step,
-        )
-        self._emit_model(ddp.module, "ddp")
-        self._emit_globals("ddp")
-        hook_state: dict = {"user": None, "group": ddp.process_group}
-        ddp._grader_hook_state = hook_state
-        self._originals["ddp_register_comm_hook"](ddp, hook_state, self._comm_hook)
+    # ---------------------------------------------------------------- DDP
+    def _after_ddp_init(self, ddp: DistributedDataParallel, args: tuple, kwargs: dict) -> None:
+        try:
+            device_ids = kwargs.get("device_ids", args[1] if len(args) > 1 else None)
+            self._remember_model(ddp.module)
+            self._models_seen.add(ddp)
+            self.emit(Ddp, device_ids=tuple(str(d) for d in device_ids) if device_ids is not None else None, param_devices=self._parameter_devices(ddp.module))
+            self._emit_model(ddp, "ddp")
+            self._emit_globals("ddp")
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    def _comm_hook(self, hook_state, bucket):  # unannotated: DDP rejects string annotations
-        """Count the bucket, then do what DDP does without a hook (average over the group)."""
+            self._allreduce_hook = allreduce_hook
+            routed: dict = {"user": None, "group": ddp.process_group}
+            self._originals["ddp_register_comm_hook"](ddp, routed, self._comm_hook)
+            ddp._grader_hook_state = routed
+        except Exception as exc:  # noqa: BLE001 - DDP keeps working without the hook
+            self.note(f"all-reduces inside DDP not visible: its communication hook could not be registered ({type(exc).__name__}: {exc})")
+
+    def _comm_hook(self, routed, bucket):  # unannotated: DDP rejects string annotations
+        """Time one bucket: from the hook's call until its all-reduce completed. Without a hook
+        of the script's, do what DDP does by default (torch's allreduce_hook)."""
+        mark = self.begin()
         buffer = bucket.buffer()
-        self.rec.emit("allreduce", source="ddp", numel=buffer.numel(), step=self.step)
-        if hook_state["user"] is not None:
-            user_state, user_hook = hook_state["user"]
-            return user_hook(user_state, bucket)
-        group = hook_state["group"]
-        with torch._C.DisableTorchFunction():
-            buffer.div_(group.size())
-            work = self._originals["all_reduce"](buffer, group=group, async_op=True)
-            return work.get_future().then(lambda fut: fut.value()[0])
+        numel = buffer.numel()
+        size = numel * buffer.element_size()
+        self._local.in_ddp_hook = True
+        try:
+            if routed["user"] is not None:
+                user_state, user_hook = routed["user"]
+                future = user_hook(user_state, bucket)
+            else:
+                with torch._C.DisableTorchFunction():
+                    future = self._allreduce_hook(routed["group"], bucket)
+        finally:
+            self._local.in_ddp_hook = False
 
-    # ---------------------------------------------------------------- modules
-    def _stack(self) -> list:
+        def completed(done):
+            self.span(AllReduce, mark, source="ddp", numel=numel, bytes=size, bucket=bucket.index(), async_op=True)
+            return done.value()
+
+        return future.then(completed)
+
+    # ------------------------------------------------------------ modules
+    def _stack(self) -> list[_Frame]:
         stack = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
         return stack
 
-    def _forward_pre(self, module, args) -> None:
-        stack = self._stack()
-        depth = len(stack)
-        stack.append(None)
-        if depth and self.step >= self.detail_steps:
-            return
-        has_params = next(module.parameters(), None) is not None
-        if depth == 0 and has_params and not self.model_forwarded:
-            self.model_forwarded = True
+    def _classify(self, module: torch.nn.Module, stack: list[_Frame]) -> dict | None:
+        """Role, label and call of a call worth showing (a model, a replica or a stage), else None."""
+        if getattr(module, "_is_replica", False):  # replicate() marks every module of a replica: only its root counts
+            inside = bool(stack) and getattr(stack[-1].module, "_is_replica", False)
+            return None if inside else {"role": "replica", "label": type(module).__name__, "call": self._open_call}
+        if not stack:
+            if next(module.parameters(), None) is None:
+                return None  # a loss function, an activation: not a model
+            self._calls += 1
+            self._open_call = self._calls
+            self._first_sight(module)
+            return {"role": "model", "label": wrapped_label(module), "call": self._calls}
+        parent = stack[-1].module
+        if getattr(parent, "_is_replica", False) or isinstance(parent, WRAPPERS) or len(self._devices_of(parent)) < 2:
+            return None
+        devices = self._devices_of(module)
+        name = next((n for n, child in parent.named_children() if child is module), type(module).__name__)
+        prefix = self._stage_names.get(parent)
+        self._stage_names[module] = f"{prefix}.{name}" if prefix else name
+        if len(devices) != 1:
+            return None  # spread itself: its one-device parts are the stages
+        return {"role": "stage", "label": self._stage_names[module], "call": self._open_call, "devices": devices}
+
+    def _first_sight(self, model: torch.nn.Module) -> None:
+        """At a model's outermost call: its `model` event when it is new, the script's
+        variables at the first call of all."""
+        if model not in self._models_seen:
+            self._models_seen.add(model)
             if not self.model_seen:
-                self._remember_model(module.module if isinstance(module, DistributedDataParallel) else module)
-                self._emit_model(module, "first_forward")
+                self._remember_model(model.module if isinstance(model, DistributedDataParallel) else model)
+            self._emit_model(model, "first_forward")
+        if not self.first_call_seen:
+            self.first_call_seen = True
             self._emit_globals("first_forward")
-        event = {
+
+    def _call_fields(self, module: torch.nn.Module, stack: list[_Frame], args: tuple) -> dict | None:
+        """The fields of the forward event of this call, or None when it is not recorded."""
+        shown = self._classify(module, stack)
+        detail = self.step < self.options.detail_steps
+        if shown is None and not detail:
+            return None
+        has_params = next(module.parameters(), None) is not None
+        devices = shown.get("devices") if shown else None
+        if devices is None and detail and has_params:
+            devices = self._parameter_devices(module)
+        return {
             "module": type(module).__name__,
             "name": self.module_names.get(id(module)),
-            "depth": depth,
+            "label": shown["label"] if shown else type(module).__name__,
+            "role": shown["role"] if shown else None,
+            "depth": len(stack),
+            "call": shown["call"] if shown else self._open_call,
             "has_params": has_params,
             "replica": bool(getattr(module, "_is_replica", False)),
             "inputs": self.inputs(args),
-            "step": self.step,
+            "devices": devices,
         }
-        if has_params and self.step < self.detail_steps:
-            event["param_devices"] = sorted({self.device_name(p) for p in module.parameters()})
-        stack[-1] = event
-        self.rec.emit("forward", **event)
+
+    def _forward_pre(self, module, args) -> None:
+        stack = self._stack()
+        fields = None
+        try:
+            fields = self._call_fields(module, stack, args)
+        except Exception as exc:  # noqa: BLE001
+            self._failed("a forward hook", exc)
+        stack.append(_Frame(module, fields, self.begin() if fields is not None else None))
 
     def _forward_post(self, module, args, output) -> None:
         stack = self._stack()
-        if stack:
-            stack.pop()
+        if not stack:
+            return
+        frame = stack.pop()
+        if frame.fields is None or frame.mark is None:
+            return
+        if frame.fields["role"] == "model":
+            self._open_call = None
+        self.span(Forward, frame.mark, **frame.fields)
 
     def current_forward(self) -> dict | None:
-        """The innermost recorded forward running in this thread, if any."""
-        for event in reversed(self._stack()):
-            if event is not None:
-                return event
+        """The fields of the innermost recorded call running in this thread, if any."""
+        for frame in reversed(self._stack()):
+            if frame.fields is not None:
+                return frame.fields
         return None
 
     def _remember_model(self, model: torch.nn.Module) -> None:
@@ -247,80 +543,105 @@ class Probe:
         self.module_names.update({id(m): name or type(model).__name__ for name, m in model.named_modules()})
 
     def _emit_model(self, module: torch.nn.Module, when: str) -> None:
-        if isinstance(module, DistributedDataParallel):
-            module = module.module
-        named = list(module.named_parameters())
-        small = sum(p.numel() for _, p in named) <= self.max_values
-        self.rec.emit(
-            "model",
+        inner = module.module if isinstance(module, DistributedDataParallel) else module
+        named = list(inner.named_parameters())
+        size = sum(p.numel() for _, p in named)
+        take = self.options.values and not self.values_taken
+        self.values_taken = self.values_taken or take
+        with torch._C.DisableTorchFunction():
+            devices = tuple(self.device_name(p) for _, p in named)
+        self.emit(
+            Model,
             when=when,
-            names=[n for n, _ in named],
-            shapes=[list(p.shape) for _, p in named],
-            devices=[self.device_name(p) for _, p in named],
-            values=self.flat_values([p for _, p in named]) if small else None,
-            step=self.step,
+            label=wrapped_label(module),
+            names=tuple(n for n, _ in named),
+            shapes=tuple(tuple(p.shape) for _, p in named),
+            devices=devices,
+            params=size,
+            values=self.flat_values([p for _, p in named]) if take and size <= self.options.max_values else None,
         )
 
-    # -------------------------------------------------------------- optimizer
+    # ---------------------------------------------------------- optimizer
     def _optimizer_params(self, optimizer) -> list[torch.Tensor]:
         return [p for group in optimizer.param_groups for p in group["params"]]
 
-    def _record_values(self, params: list[torch.Tensor]) -> bool:
-        return self.step < self.max_value_steps and sum(p.numel() for p in params) <= self.max_values
+    def _names(self, params: list[torch.Tensor]) -> tuple[str, ...]:
+        return tuple(self.param_names.get(id(p), f"param{i}") for i, p in enumerate(params))
+
+    def _take_values(self, params: list[torch.Tensor]) -> bool:
+        options = self.options
+        return options.values and self.step < options.max_value_steps and sum(p.numel() for p in params) <= options.max_values
 
     def _step_pre(self, optimizer, args, kwargs) -> None:
-        params = self._optimizer_params(optimizer)
-        self.rec.emit(
-            "opt_grads",
-            names=[self.param_names.get(id(p), f"param{i}") for i, p in enumerate(params)],
-            grads=self.flat_values([p.grad for p in params]) if self._record_values(params) else None,
-            step=self.step,
-        )
+        if self.options.values:
+            params = self._optimizer_params(optimizer)
+            grads = self.flat_values([p.grad for p in params]) if self._take_values(params) else None
+            self.emit(OptGrads, names=self._names(params), grads=grads)
+        self._step_starts[id(optimizer)] = self.begin()
 
     def _step_post(self, optimizer, args, kwargs) -> None:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()  # so the event's time is when the GPUs finished the step
+        try:
+            if self.options.virtual_gpus == 0 and torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()  # so the step ends when the GPUs finished it
+        except RuntimeError as exc:
+            self._failed("the optimizer step hook", exc)
+        end = time.monotonic()
+        mark = self._step_starts.pop(id(optimizer), None) or self.begin()
         params = self._optimizer_params(optimizer)
-        self.rec.emit(
-            "opt_params",
-            names=[self.param_names.get(id(p), f"param{i}") for i, p in enumerate(params)],
-            values=self.flat_values(params) if self._record_values(params) else None,
-            step=self.step,
-        )
+        values = self.flat_values(params) if self._take_values(params) else None
+        self.span(Optimizer, mark, end, optimizer=type(optimizer).__name__, names=self._names(params), values=values)
         self.step += 1
 
-    # ---------------------------------------------------------------- globals
+    # ------------------------------------------------------------ globals
     def script_globals(self) -> dict | None:
         """The module namespace of the running script, found on the call stack."""
         frame = sys._getframe()
         while frame is not None:
-            if frame.f_code.co_filename == self.script and frame.f_code.co_name == "<module>":
+            if frame.f_code.co_filename == self.options.script and frame.f_code.co_name == "<module>":
                 return frame.f_globals
             frame = frame.f_back
         return None
 
     def _emit_globals(self, when: str, namespace: dict | None = None) -> None:
+        if not self.options.watch_globals:
+            return
         namespace = namespace if namespace is not None else self.script_globals()
         if namespace is None:
             return
-        values = {name: self.describe(namespace[name]) for name in self.watch_globals if name in namespace}
-        self.rec.emit("globals", when=when, values=values, step=self.step)
+        values = {name: self.describe(namespace[name]) for name in self.options.watch_globals if name in namespace}
+        self.emit(Globals, when=when, values=values)
 
-    def finish(self, namespace: dict | None) -> None:
-        """Record the end state: the script's variables and whether a process group is left."""
+    # ---------------------------------------------------------------- end
+    def finish(self, namespace: dict | None = None, how: str = "atexit", code: int | None = None) -> None:
+        """The end (once, and only where anything was recorded): the script's variables, peak
+        memory per CUDA device, whether a process group is left, and how the script ended."""
+        if self._finished or self._file is None:
+            return
+        self._finished = True
         self._emit_globals("end", namespace)
-        if torch.cuda.is_available():
-            self.rec.emit("cuda_memory", peak=[torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())], step=self.step)
-        self.rec.emit(
-            "end_state",
-            pg_initialized=bool(dist.is_available() and dist.is_initialized()),
-            steps=self.step,
-        )
+        try:
+            if self.options.virtual_gpus or (torch.cuda.is_available() and torch.cuda.is_initialized()):
+                self.emit(Memory, peak=tuple(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())), why=None)
+            elif torch.cuda.is_available():
+                self.emit(Memory, peak=None, why="CUDA not used by this process: memory not measured")
+            else:
+                self.emit(Memory, peak=None, why="no CUDA device: memory not measured")
+        except Exception as exc:  # noqa: BLE001
+            self._failed("the memory reading at exit", exc)
+        self.emit(EndState, pg_initialized=bool(dist.is_available() and dist.is_initialized()), steps=self.step)
+        self.emit(Exit, how=how, code=code)
+
+    def close(self) -> None:
+        """Close the file (nothing is recorded afterwards)."""
+        with self._lock:
+            self._disabled = True
+            if self._file is not None:
+                self._file.close()
 
 
 class OutputTap:
-    """Writes through to a stream and notes what was written inside a module's forward (the
-    first `detail_steps` steps, 300 characters a write at most)."""
+    """Writes through to a stream and notes what was written inside a recorded module call
+    (the first `detail_steps` steps, 300 characters a write at most)."""
 
     def __init__(self, stream: TextIO, probe: Probe) -> None:
         self._stream = stream
@@ -328,17 +649,26 @@ class OutputTap:
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
-        forward = self._probe.current_forward()
-        if forward is not None and text.strip() and self._probe.step < self._probe.detail_steps:
-            self._probe.rec.emit(
-                "forward_output",
-                text=text[:300],
-                module=forward["module"],
-                depth=forward["depth"],
-                inputs=forward["inputs"],
-                step=self._probe.step,
-            )
+        probe = self._probe
+        forward = probe.current_forward() if probe.step < probe.options.detail_steps else None
+        if forward is not None and text.strip():
+            probe.emit(ForwardOutput, text=text[:300], module=forward["module"], depth=forward["depth"], inputs=forward["inputs"])
         return written
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def start_observing(folder: str, virtual: Any = None) -> Probe | None:
+    """Install the recorder in this process for `observe`, writing events-HOST-PID.jsonl into
+    `folder`. `virtual` is the state of the process's virtual GPUs (grader.probe.vgpu.VirtualCuda)
+    if it has them. Never raises: a failure is one line on stderr and the script runs unobserved."""
+    try:
+        path = os.path.join(folder, f"events-{socket.gethostname()}-{os.getpid()}.jsonl")
+        options = ProbeOptions(virtual_gpus=virtual.machine if virtual is not None else 0)
+        probe = Probe(path, options, virtual.device_of if virtual is not None else None)
+        probe.install()
+        return probe
+    except Exception as exc:  # noqa: BLE001 - the user's script must run anyway
+        sys.stderr.write(f"grader observe: not observing this process ({type(exc).__name__}: {exc})\n")
+        return None

@@ -2,7 +2,9 @@
 
 The rank gets exactly the environment the job asks for (torchrun's variables among it), its
 own working directory, stdout and stderr files, a fault handler that dumps every thread's
-stack on SIGUSR1 (the grader's "where are you stuck?") and on a crash, and the observers.
+stack on SIGUSR1 (the grader's "where are you stuck?") and on a crash, and the recorder
+(grader.probe.observers) with what grading asks of it: values, the script's variables, the
+first steps in detail, a process-group timeout.
 The script runs under runpy as `__main__`; how it ended is recorded, then the process exits
 with the code Python itself would have used.
 """
@@ -18,7 +20,6 @@ import sys
 import traceback
 from types import TracebackType
 
-SOURCE_LINE_LIMIT = 200
 PROBE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
 
 
@@ -33,29 +34,6 @@ def _redirect_stdio(out_path: str, err_path: str) -> None:
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="backslashreplace")
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace")
-
-
-def _frame_entry(filename: str, lineno: int | None, func: str, line: str | None, cwd: str) -> dict:
-    rel = os.path.relpath(filename, cwd) if os.path.isabs(filename) else filename
-    return {"file": rel, "line": lineno, "func": func, "code": (line or "").strip()[:SOURCE_LINE_LIMIT]}
-
-
-def describe_exception(exc: BaseException, cwd: str) -> dict:
-    """The exception's type and message, and its frames split into the student's (files under
-    `cwd`) and the innermost library frame where it was raised."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    prefix = os.path.join(cwd, "")
-    student = [_frame_entry(f.filename, f.lineno, f.name, f.line, cwd) for f in frames if f.filename.startswith(prefix)]
-    if isinstance(exc, SyntaxError) and exc.filename and str(exc.filename).startswith(prefix):
-        student.append(_frame_entry(exc.filename, exc.lineno, "<module>", exc.text, cwd))
-    library = None
-    if frames and not frames[-1].filename.startswith(prefix):
-        last = frames[-1]
-        library = _frame_entry(last.filename, last.lineno, last.name, last.line, cwd)
-    message = str(exc)
-    if isinstance(exc, SyntaxError):
-        message = exc.msg or message
-    return {"type": type(exc).__name__, "message": message[:2000], "frames": student[-8:], "library_frame": library}
 
 
 def _trim(te: traceback.TracebackException, cwd: str, seen: set[int]) -> None:
@@ -130,44 +108,49 @@ def run_rank(config: dict) -> None:
 def _run_script(config: dict) -> int:
     import torch  # already imported by the zygote; here for the thread setting
 
-    from grader.probe.observers import Probe
-    from grader.probe.recorder import Recorder
+    from grader.probe.events import Raised
+    from grader.probe.observers import Probe, ProbeOptions, describe_exception
 
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         torch.set_num_threads(max(int(os.environ["OMP_NUM_THREADS"]), 1))
-    recorder = Recorder(config["observations"], config.get("max_observation_bytes", 8 << 20))
     device_of = None
     if config.get("virtual_gpus"):
         from grader.probe.virtual import install
 
         device_of = install(int(config["virtual_gpus"])).device_of
-    probe = Probe(recorder, config, device_of)
+    script = config["script"]
+    options = ProbeOptions(
+        script=script,
+        watch_globals=tuple(config.get("watch_globals", ())),
+        values=True,
+        detail_steps=2,
+        pg_timeout_s=config.get("pg_timeout_s", 120.0),
+        virtual_gpus=int(config.get("virtual_gpus") or 0),
+    )
+    probe = Probe(config["observations"], options, device_of, config.get("max_observation_bytes", 8 << 20))
     probe.install()
     sys.stdout, sys.stderr = probe.tap(sys.stdout), probe.tap(sys.stderr)
-    script = config["script"]
-    recorder.emit("start", pid=os.getpid(), argv=config["argv"], torch=torch.__version__, step=0)
     sys.argv = [script, *config["argv"]]
     sys.path[0] = os.path.dirname(script)
+    probe.open()
     namespace = None
-    code = 0
+    how, code = "returned", 0
     try:
-        extra = {"__grader_emit__": recorder.emit} if config.get("driver") else None
+        extra = {"__grader_emit__": probe.emit} if config.get("driver") else None
         namespace = runpy.run_path(script, init_globals=extra, run_name="__main__")
-        recorder.emit("exit", how="returned", code=0, step=probe.step)
     except SystemExit as exc:
         namespace = _script_namespace(exc.__traceback__, script)
-        code = _exit_code(exc.code)
-        recorder.emit("exit", how="system_exit", code=code, step=probe.step)
+        how, code = "system_exit", _exit_code(exc.code)
     except BaseException as exc:  # noqa: BLE001 - every failure of student code is recorded
         namespace = _script_namespace(exc.__traceback__, script)
-        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
-        recorder.emit("exit", how="exception", code=code, exception=describe_exception(exc, config["cwd"]), step=probe.step)
+        how, code = "exception", 130 if isinstance(exc, KeyboardInterrupt) else 1
+        probe.emit(Raised, **vars(describe_exception(exc, config["cwd"])))
         print_student_traceback(exc, config["cwd"])
-    probe.finish(namespace)
+    probe.finish(namespace, how, code)
     try:
         atexit._run_exitfuncs()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        recorder.close()
+        probe.close()
     return code

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol
 
+from grader.probe.events import E, Event, Frame
+from grader.run.records import ProcessRecord
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -55,20 +58,6 @@ class JobSpec:
         return self.layout.describe() + gpus
 
 
-@dataclass(frozen=True)
-class Frame:
-    """One line of a trimmed stack or traceback, relative to the submission."""
-
-    file: str
-    line: int | None
-    func: str
-    code: str = ""
-
-    def describe(self) -> str:
-        where = f"{self.file}:{self.line} in {self.func}"
-        return f"{where}: {self.code}" if self.code else where
-
-
 @dataclass
 class RankResult:
     """What the grader knows about one rank after the job."""
@@ -77,11 +66,10 @@ class RankResult:
     local_rank: int
     node: int
     status: str | None  # "exit:N", "signal:N", or None when nobody saw it end
-    events: list[dict]
+    record: ProcessRecord = ProcessRecord()  # what its recorder wrote (grader.run.records)
     stdout_tail: str = ""
     stderr_tail: str = ""
     stack: list[Frame] | None = None  # the student's frames from a fault dump (hang or crash)
-    observations_truncated: bool = False
 
     @property
     def exit_code(self) -> int | None:
@@ -89,12 +77,18 @@ class RankResult:
             return int(self.status[5:])
         return None
 
-    def of_kind(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e.get("kind") == kind]
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """Its recorded events, in the order they began."""
+        return self.record.events
 
-    def first(self, kind: str) -> dict | None:
-        found = self.of_kind(kind)
-        return found[0] if found else None
+    def of_kind(self, kind: type[E]) -> list[E]:
+        """Its events of one kind."""
+        return self.record.of_kind(kind)
+
+    def first(self, kind: type[E]) -> E | None:
+        """Its first event of one kind, or None."""
+        return self.record.first(kind)
 
 
 @dataclass

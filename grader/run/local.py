@@ -46,7 +46,8 @@ from grader.probe.zygote import children_of
 from grader.run import procs
 from grader.run.cgroups import Caps, Cgroups, JobGroup, Usage, open_cgroups
 from grader.run.job import JobResult, JobSpec, RankResult
-from grader.run.safeio import read_json_lines, read_text_tail
+from grader.run.records import read_records
+from grader.run.safeio import read_text_tail
 from grader.run.sandbox import SCRATCH, Limits, Sandbox, size_text
 from grader.run.stacks import student_frames
 from grader.run.telemetry import GpuSource, Sampler
@@ -499,18 +500,16 @@ class LocalRunner:
 
     def _rank_result(self, job: JobSpec, job_dir: Path, rank: int, status: str | None) -> RankResult:
         folder = job_dir / f"rank{rank}"
-        events, lost = read_json_lines(folder / "observations.jsonl", self.options.observation_bytes)
         faults = read_text_tail(folder / "faults", 64 << 10)
         return RankResult(
             rank=rank,
             local_rank=job.layout.local_rank_of(rank),
             node=job.layout.node_of(rank),
             status=status,
-            events=events,
+            record=read_records(folder / "observations.jsonl", self.options.observation_bytes),
             stdout_tail=read_text_tail(folder / "stdout", self.options.output_tail_bytes),
             stderr_tail=read_text_tail(folder / "stderr", self.options.output_tail_bytes),
             stack=student_frames(faults, job_dir / "work") if faults else None,
-            observations_truncated=lost or any(e.get("kind") == "truncated" for e in events),
         )
 
 

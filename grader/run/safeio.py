@@ -2,14 +2,12 @@
 
 Every read goes through `read_descriptor`: the file opened with O_NOFOLLOW (a planted symlink
 is refused, not followed; `read_beneath` refuses links on the whole way), fstat on the opened
-descriptor (a regular file with one name only), and a size cap. JSON is
-parsed with the standard library only; nothing is ever unpickled.
+descriptor (a regular file with one name only), and a size cap. Nothing read is ever
+unpickled (event files are parsed by grader.run.records).
 """
 from __future__ import annotations
 
 import errno
-import io
-import json
 import os
 import stat
 from pathlib import Path
@@ -82,34 +80,3 @@ def read_text_tail(path: Path, max_bytes: int) -> str:
     if longer:
         text = "…" + text.split("\n", 1)[-1]
     return text
-
-
-def read_json_lines(path: Path, max_bytes: int, max_events: int = 20_000) -> tuple[list[dict], bool]:
-    """Parse a JSON-lines file of objects; malformed lines are skipped, and reading stops at
-    `max_events` objects (a file of millions of tiny objects would cost the grader gigabytes).
-
-    Returns the events and whether anything was lost (a cap, bad lines, or not a file).
-    """
-    try:
-        data, longer = read_untrusted(path, max_bytes)
-    except FileNotFoundError:
-        return [], False
-    except (OSError, UntrustedFileError):
-        return [], True
-    events: list[dict] = []
-    lost = longer
-    for line in io.StringIO(data.decode("utf-8", errors="replace")):  # one line at a time, not millions at once
-        if not line.strip():
-            continue
-        if len(events) >= max_events:
-            return events, True
-        try:
-            event = json.loads(line)
-        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-            lost = True
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-        else:
-            lost = True
-    return events, lost

@@ -7,9 +7,10 @@ import linecache
 import os
 from typing import Callable
 
-from grader.probe.rank import describe_exception
+from grader.probe.events import Cell
+from grader.probe.observers import describe_exception
 
-Emit = Callable[..., None]
+Emit = Callable[..., None]  # the recorder's emit: (event class, **fields)
 
 
 def run_cells(cells: list[dict], notebook: str, emit: Emit) -> dict:
@@ -27,7 +28,7 @@ def run_cells(cells: list[dict], notebook: str, emit: Emit) -> dict:
         try:
             exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the student's graded cell
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing cell is an observation
-            emit("cell", index=cell["index"], ok=False, exception=describe_exception(exc, os.getcwd()))
+            emit(Cell, index=cell["index"], ok=False, exception=describe_exception(exc, os.getcwd()))
         else:
-            emit("cell", index=cell["index"], ok=True)
+            emit(Cell, index=cell["index"], ok=True)
     return namespace

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from grader.probe.drivers.notebook import Emit, run_cells
-from grader.probe.rank import describe_exception
+from grader.probe.events import MAX_TEXT, Answers, DpCase, Mp
+from grader.probe.observers import describe_exception
 
 CELLS_FILE = "cells.json"
 FIXED_CASES = ((64, 2), (64, 3), (10, 4), (6, 4))  # (batch, chunks): even, uneven, fewer chunks
@@ -48,17 +49,20 @@ def mp_case(seed: int, batch: int, dims: tuple[int, int, int]) -> tuple[nn.Modul
     return layer1, layer2, torch.randn(batch, inputs, generator=torch.Generator().manual_seed(seed * 100 + 98))
 
 
-def values(tensor: torch.Tensor) -> list[float] | None:
+def values(tensor: torch.Tensor) -> tuple[float, ...] | None:
     with torch._C.DisableTorchFunction():
         flat = tensor.detach().to("cpu", torch.float64).reshape(-1)
-        return flat.tolist() if flat.numel() <= MAX_VALUES else None
+        return tuple(flat.tolist()) if flat.numel() <= MAX_VALUES else None
 
 
-def describe(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
+def describe(value: Any, depth: int = 0) -> Any:
+    """A notebook's answer as a small JSON value."""
+    if isinstance(value, str):
+        return value[:MAX_TEXT]
+    if isinstance(value, (int, float, bool)) or value is None:
         return value
-    if isinstance(value, (list, tuple)):
-        return [describe(v) for v in value][:32]
+    if isinstance(value, (list, tuple)) and depth < 4:
+        return [describe(v, depth + 1) for v in value][:32]
     return repr(value)[:120]
 
 
@@ -74,16 +78,16 @@ def exercise_dp(namespace: dict, seed: int, dims: tuple[int, int, int], emit: Em
         record: dict = {"index": index, "batch": batch, "parts": parts}
         problem = _missing(namespace, "simulate_data_parallel")
         if problem:
-            emit("dp_case", **record, **problem)
+            emit(DpCase, **record, **problem)
             continue
         try:
             chunks, output = namespace["simulate_data_parallel"](model, x, parts)
-            record["chunks"] = [list(c.shape) for c in chunks]
-            record["output_shape"] = list(output.shape)
+            record["chunks"] = tuple(tuple(c.shape) for c in chunks)
+            record["output_shape"] = tuple(output.shape)
             record["output"] = values(output)
         except Exception as exc:  # noqa: BLE001 - the student's error is the observation
             record["exception"] = describe_exception(exc, os.getcwd())
-        emit("dp_case", **record)
+        emit(DpCase, **record)
 
 
 def exercise_mp(namespace: dict, seed: int, batch: int, dims: tuple[int, int, int], emit: Emit) -> None:
@@ -91,16 +95,16 @@ def exercise_mp(namespace: dict, seed: int, batch: int, dims: tuple[int, int, in
     for name in ("place_layers", "model_parallel_forward"):
         problem = _missing(namespace, name)
         if problem:
-            emit("mp", **problem)
+            emit(Mp, **problem)
             return
     cwd = os.getcwd()
     try:
         placed = namespace["place_layers"](layer1, layer2)
         first, second = placed if placed is not None else (layer1, layer2)
     except Exception as exc:  # noqa: BLE001
-        emit("mp", stage="place", exception=describe_exception(exc, cwd))
+        emit(Mp, stage="place", exception=describe_exception(exc, cwd))
         return
-    devices = [sorted({str(p.device) for p in layer.parameters()}) for layer in (first, second)]
+    devices = tuple(tuple(sorted({str(p.device) for p in layer.parameters()})) for layer in (first, second))
     seen: dict[str, str] = {}
 
     def note_input(label: str):
@@ -113,9 +117,9 @@ def exercise_mp(namespace: dict, seed: int, batch: int, dims: tuple[int, int, in
         layer.register_forward_pre_hook(note_input(label))
     try:
         output = namespace["model_parallel_forward"](first, second, x.to("cuda:0"))
-        emit("mp", stage="forward", devices=devices, inputs=seen, output_device=str(output.device), output_shape=list(output.shape), output=values(output))
+        emit(Mp, stage="forward", devices=devices, inputs=seen, output_device=str(output.device), output_shape=tuple(output.shape), output=values(output))
     except Exception as exc:  # noqa: BLE001
-        emit("mp", stage="forward", devices=devices, inputs=seen, exception=describe_exception(exc, cwd))
+        emit(Mp, stage="forward", devices=devices, inputs=seen, exception=describe_exception(exc, cwd))
 
 
 def main(emit: Emit, argv: list[str] | None = None) -> None:
@@ -128,4 +132,4 @@ def main(emit: Emit, argv: list[str] | None = None) -> None:
     namespace = run_cells(notebook["cells"], notebook["name"], emit)
     exercise_dp(namespace, seed, dims, emit)
     exercise_mp(namespace, seed, int(args["mp_batch"]), dims, emit)
-    emit("answers", values={name: describe(namespace.get(name)) for name in ANSWERS if name in namespace})
+    emit(Answers, values={name: describe(namespace.get(name)) for name in ANSWERS if name in namespace})

@@ -1,0 +1,603 @@
+"""Every event the recorder writes (grader.probe.observers), defined once: one frozen
+dataclass per kind, the writer's `to_json` and the reader's strict `parse_event`.
+
+This module runs inside the student's processes too, so it uses the standard library only.
+
+The format (version EVENTS_VERSION): one JSON object per line, its "kind" naming the class
+(EVENTS maps kinds to classes) and every other key a field of it. The first line of a file is
+the `process` header, which carries the version. Every event has
+    t     -- seconds since the file was opened (a span's start),
+    seq   -- the order in which events began (a span is written at its end, so the file's
+             order is the order they ended),
+    step  -- the optimizer steps finished before it began;
+a span (forward, backward, allreduce, optimizer) also has `dur`, its length in seconds.
+
+Reading is strict: an unknown kind, a missing, unexpected or ill-typed field, a text or a list
+beyond its bound, or a header of another version raises DamagedRecords with a one-sentence
+reason. The files are written next to the student's code, which can write into them too: what
+they hold explains a verdict, it is never trusted more than that.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, NewType, TypeVar
+
+EVENTS_VERSION = 1
+MAX_TEXT = 8192  # characters of any text field
+MAX_ITEMS = 1 << 16  # items of a list or a mapping (parameters, inputs, frames, ...)
+MAX_NUMBERS = 1 << 22  # numbers of one tensor's values
+MAX_JSON_DEPTH = 8  # nesting of a free-form value (a script's variable, an answer)
+
+Value = NewType("Value", float)  # a tensor element: any float, NaN and infinities included
+JsonValue = NewType("JsonValue", object)  # a free-form JSON value, bounded in depth and size
+
+
+class DamagedRecords(ValueError):
+    """An event file holds something the recorder does not write; the message says what."""
+
+
+def clip(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` cut to what a text field may hold."""
+    return text if len(text) <= limit else text[:limit]
+
+
+# ------------------------------------------------------------------ parts of events
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor argument of a call: its shape and device."""
+
+    shape: tuple[int, ...]
+    device: str
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One line of a trimmed stack or traceback, relative to the submission."""
+
+    file: str
+    line: int | None
+    func: str
+    code: str = ""
+
+    def describe(self) -> str:
+        """'main.py:7 in <module>: boom()'."""
+        where = f"{self.file}:{self.line} in {self.func}"
+        return f"{where}: {self.code}" if self.code else where
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExceptionInfo:
+    """An exception: its type and message, the student's frames (outermost first) and the
+    innermost library frame where it was raised, if any."""
+
+    type: str
+    message: str
+    frames: tuple[Frame, ...] = ()
+    library_frame: Frame | None = None
+
+
+# ------------------------------------------------------------------ events
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """What every event has (see the module's docstring)."""
+
+    kind: ClassVar[str] = ""
+    t: float
+    seq: int
+    step: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Span(Event):
+    """An event with a length: it began at `t` and lasted `dur` seconds."""
+
+    dur: float
+
+    @property
+    def end(self) -> float:
+        return self.t + self.dur
+
+
+@dataclass(frozen=True, kw_only=True)
+class Process(Event):
+    """The header, the first line of every file: who wrote it."""
+
+    kind: ClassVar[str] = "process"
+    version: int
+    pid: int
+    ppid: int  # the parent: torchrun's launcher, mp.spawn's caller, the grader's job leader
+    host: str
+    argv: tuple[str, ...]
+    rank: int | None  # torchrun's RANK, LOCAL_RANK and WORLD_SIZE where it set them
+    local_rank: int | None
+    world_size: int | None
+    virtual_gpus: int
+    cuda: bool  # real CUDA devices are in use (times are host times)
+    wall: float  # wall-clock time at `t` = 0, so the files of several processes line up
+    torch: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitPgCall(Event):
+    """init_process_group was called (written before the call): the backend asked for and the
+    names of the keyword arguments (a timeout among them, the recorder's default if none)."""
+
+    kind: ClassVar[str] = "init_pg_call"
+    backend: str
+    kwargs: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitPg(Event):
+    """init_process_group returned: the backend asked for and the one used, rank and size."""
+
+    kind: ClassVar[str] = "init_pg"
+    requested: str
+    backend: str
+    rank: int
+    world_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class DestroyPg(Event):
+    """destroy_process_group was called, for the default group or another one."""
+
+    kind: ClassVar[str] = "destroy_pg"
+    default_group: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ddp(Event):
+    """A DistributedDataParallel was built: its device_ids and its parameters' devices."""
+
+    kind: ClassVar[str] = "ddp"
+    device_ids: tuple[str, ...] | None
+    param_devices: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommHook(Event):
+    """The script registered a DDP communication hook of its own (the recorder's hook calls
+    it, so its buckets are still seen)."""
+
+    kind: ClassVar[str] = "comm_hook"
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model(Event):
+    """A model seen for the first time (at DDP's construction or its first call): its label,
+    its parameters (names, shapes, devices, count) and, for the first model where the
+    recorder takes values, their initial values."""
+
+    kind: ClassVar[str] = "model"
+    when: str  # "ddp" or "first_forward"
+    label: str  # "DistributedDataParallel(Net)" for a wrapper, "Net" for a plain model
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    devices: tuple[str, ...]  # one per parameter
+    params: int
+    values: tuple[tuple[Value, ...], ...] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Globals(Event):
+    """The script's setup variables the grader asked for, read from its module namespace."""
+
+    kind: ClassVar[str] = "globals"
+    when: str  # "ddp", "first_forward" or "end"
+    values: dict[str, JsonValue]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Forward(Span):
+    """A module call. `role`: "model" (an outermost call of a module with parameters),
+    "replica" (a DataParallel replica), "stage" (a one-device part of a model spread over
+    several devices) or None (another call, recorded in the first detail steps only)."""
+
+    kind: ClassVar[str] = "forward"
+    module: str  # the class name
+    name: str | None  # the module's name inside the model, where known
+    label: str
+    role: str | None
+    depth: int  # module calls around it in its thread
+    call: int | None  # the outermost model call it belongs to
+    has_params: bool
+    replica: bool
+    inputs: tuple[TensorInfo, ...]
+    devices: tuple[str, ...] | None  # its parameters' devices, where recorded
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForwardOutput(Event):
+    """Text the script printed while a recorded module call ran (first detail steps)."""
+
+    kind: ClassVar[str] = "forward_output"
+    text: str
+    module: str
+    depth: int
+    inputs: tuple[TensorInfo, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backward(Span):
+    """torch.autograd.backward (which Tensor.backward calls)."""
+
+    kind: ClassVar[str] = "backward"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllReduce(Span):
+    """An all-reduce: a DDP gradient bucket (source "ddp", from its communication hook until
+    the reduction completed) or an explicit dist.all_reduce (source "call")."""
+
+    kind: ClassVar[str] = "allreduce"
+    source: str
+    numel: int
+    bytes: int
+    bucket: int | None
+    async_op: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptGrads(Event):
+    """Before an optimizer step: the gradients of its parameters (None once values are no
+    longer taken)."""
+
+    kind: ClassVar[str] = "opt_grads"
+    names: tuple[str, ...]
+    grads: tuple[tuple[Value, ...] | None, ...] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Optimizer(Span):
+    """An optimizer step (CUDA synchronised at its end) and its parameters after it."""
+
+    kind: ClassVar[str] = "optimizer"
+    optimizer: str
+    names: tuple[str, ...]
+    values: tuple[tuple[Value, ...], ...] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory(Event):
+    """At the end: the peak memory allocated on each CUDA device, or why it was not measured."""
+
+    kind: ClassVar[str] = "memory"
+    peak: tuple[int, ...] | None
+    why: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Raised(Event, ExceptionInfo):
+    """The exception the script ended with (uncaught in its main thread)."""
+
+    kind: ClassVar[str] = "exception"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Note(Event):
+    """Something the recorder could not see, in one sentence."""
+
+    kind: ClassVar[str] = "note"
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Exit(Event):
+    """How the script ended: "returned", "system_exit" or "exception" (with its exit code),
+    or "atexit" (Python ran its exit handlers; the code is not known there)."""
+
+    kind: ClassVar[str] = "exit"
+    how: str
+    code: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndState(Event):
+    """At the end: whether a default process group is still initialised, and the steps taken."""
+
+    kind: ClassVar[str] = "end_state"
+    pg_initialized: bool
+    steps: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Truncated(Event):
+    """The file reached its size limit: nothing after this was recorded."""
+
+    kind: ClassVar[str] = "truncated"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell(Event):
+    """A notebook's graded cell ran (grader.probe.drivers.notebook)."""
+
+    kind: ClassVar[str] = "cell"
+    index: int
+    ok: bool
+    exception: ExceptionInfo | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DpCase(Event):
+    """p4's driver ran simulate_data_parallel on one case of the grader's."""
+
+    kind: ClassVar[str] = "dp_case"
+    index: int
+    batch: int
+    parts: int
+    missing: str | None = None  # the function the notebook does not define
+    chunks: tuple[tuple[int, ...], ...] | None = None
+    output_shape: tuple[int, ...] | None = None
+    output: tuple[Value, ...] | None = None
+    exception: ExceptionInfo | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mp(Event):
+    """p4's driver ran place_layers ("place") and model_parallel_forward ("forward")."""
+
+    kind: ClassVar[str] = "mp"
+    missing: str | None = None
+    stage: str | None = None
+    devices: tuple[tuple[str, ...], ...] | None = None
+    inputs: dict[str, str] | None = None  # layer -> the device of its input
+    output_device: str | None = None
+    output_shape: tuple[int, ...] | None = None
+    output: tuple[Value, ...] | None = None
+    exception: ExceptionInfo | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answers(Event):
+    """p4's driver read the notebook's answer variables."""
+
+    kind: ClassVar[str] = "answers"
+    values: dict[str, JsonValue]
+
+
+EVENTS: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        Process, InitPgCall, InitPg, DestroyPg, Ddp, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
+        AllReduce, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
+    )
+}
+E = TypeVar("E", bound=Event)
+
+
+# ------------------------------------------------------------------ writing
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _struct(value: Any) -> dict:
+    """A nested part (TensorInfo, Frame, ExceptionInfo) as JSON's object."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: getattr(value, name) for name in _field_names(type(value))}
+    raise TypeError(f"{type(value).__name__} is not part of an event")
+
+
+def to_json(event: Event) -> str:
+    """The line (without its newline) that stands for `event` in an event file."""
+    fields = {"kind": event.kind}
+    for name in _field_names(type(event)):
+        fields[name] = getattr(event, name)
+    return json.dumps(fields, separators=(",", ":"), default=_struct)
+
+
+def plain(value: Any) -> Any:
+    """An event, or a part of one, as the JSON values its line holds (dicts, lists, ...)."""
+    if isinstance(value, Event):
+        return {"kind": value.kind, **{name: plain(getattr(value, name)) for name in _field_names(type(value))}}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, (tuple, list)):
+        return [plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
+# ------------------------------------------------------------------ reading
+Check = Callable[[Any, str], Any]  # (value, what it is) -> the typed value, or DamagedRecords
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _check_int(value: Any, what: str) -> int:
+    if not _is_int(value):
+        raise DamagedRecords(f"{what} is {_shown(value)}, not a whole number")
+    return value
+
+
+def _check_float(value: Any, what: str) -> float:
+    if not (type(value) is float or _is_int(value)) or not math.isfinite(value):
+        raise DamagedRecords(f"{what} is {_shown(value)}, not a finite number")
+    return float(value)
+
+
+def _check_value(value: Any, what: str) -> float:
+    if not (type(value) is float or _is_int(value)):
+        raise DamagedRecords(f"{what} is {_shown(value)}, not a number")
+    return float(value)
+
+
+def _check_bool(value: Any, what: str) -> bool:
+    if type(value) is not bool:
+        raise DamagedRecords(f"{what} is {_shown(value)}, not true or false")
+    return value
+
+
+def _check_text(value: Any, what: str) -> str:
+    if type(value) is not str:
+        raise DamagedRecords(f"{what} is {_shown(value)}, not a text")
+    if len(value) > MAX_TEXT:
+        raise DamagedRecords(f"{what} is longer than {MAX_TEXT} characters")
+    return value
+
+
+def _optional(inner: Check) -> Check:
+    def check(value: Any, what: str) -> Any:
+        return None if value is None else inner(value, what)
+
+    return check
+
+
+def _sequence(inner: Check, limit: int) -> Check:
+    def check(value: Any, what: str) -> tuple:
+        if type(value) is not list:
+            raise DamagedRecords(f"{what} is {_shown(value)}, not a list")
+        if len(value) > limit:
+            raise DamagedRecords(f"{what} has more than {limit} items")
+        return tuple(inner(item, f"an item of {what}") for item in value)
+
+    return check
+
+
+def _numbers(value: Any, what: str) -> tuple[float, ...]:
+    """A tensor's values: the fast path of `_sequence(_check_value, MAX_NUMBERS)`."""
+    if type(value) is not list:
+        raise DamagedRecords(f"{what} is {_shown(value)}, not a list")
+    if len(value) > MAX_NUMBERS:
+        raise DamagedRecords(f"{what} has more than {MAX_NUMBERS} items")
+    if not all(type(item) is float or type(item) is int for item in value):
+        raise DamagedRecords(f"{what} holds something other than numbers")
+    return tuple(float(item) for item in value)
+
+
+def _mapping(inner: Check, limit: int) -> Check:
+    def check(value: Any, what: str) -> dict:
+        if type(value) is not dict:
+            raise DamagedRecords(f"{what} is {_shown(value)}, not an object")
+        if len(value) > limit:
+            raise DamagedRecords(f"{what} has more than {limit} entries")
+        return {_check_text(key, f"a key of {what}"): inner(item, f"{what}[{key[:40]!r}]") for key, item in value.items()}
+
+    return check
+
+
+def _json_value(value: Any, what: str, depth: int = 0) -> Any:
+    """A free-form value: JSON's scalars, lists and objects, bounded in depth and size."""
+    if value is None or type(value) in (bool, int, float):
+        return value
+    if type(value) is str:
+        return _check_text(value, what)
+    if depth >= MAX_JSON_DEPTH:
+        raise DamagedRecords(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
+    if type(value) is list:
+        if len(value) > MAX_ITEMS:
+            raise DamagedRecords(f"{what} has more than {MAX_ITEMS} items")
+        return [_json_value(item, what, depth + 1) for item in value]
+    if type(value) is dict:
+        if len(value) > MAX_ITEMS:
+            raise DamagedRecords(f"{what} has more than {MAX_ITEMS} entries")
+        return {_check_text(key, f"a key of {what}"): _json_value(item, what, depth + 1) for key, item in value.items()}
+    raise DamagedRecords(f"{what} is {_shown(value)}, not a JSON value")
+
+
+def _shown(value: Any) -> str:
+    """A short description of a wrong value for a reason."""
+    if isinstance(value, (dict, list)):
+        return f"a {'list' if isinstance(value, list) else 'JSON object'}"
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+def _checker(hint: Any) -> Check:
+    """The check of one annotation (the types this module uses, nothing else)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is int:
+        return _check_int
+    if hint is float:
+        return _check_float
+    if hint is bool:
+        return _check_bool
+    if hint is str:
+        return _check_text
+    if hint is Value:
+        return _check_value
+    if hint is JsonValue:
+        return _json_value
+    if args and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return _optional(_checker(inner))
+    if origin is tuple and args[1:] == (Ellipsis,):
+        if args[0] is Value:
+            return _numbers
+        return _sequence(_checker(args[0]), MAX_ITEMS)
+    if origin is dict and args[0] is str:
+        return _mapping(_checker(args[1]), MAX_ITEMS)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _structure(hint)
+    raise TypeError(f"no check for the annotation {hint!r}")
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[tuple[str, Check], ...]:
+    """Each field of a dataclass of this module with its check, made once per class."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, _checker(hints[f.name])) for f in dataclasses.fields(cls))
+
+
+def _build(cls: type, obj: dict, what: str, skip: tuple[str, ...] = ()) -> Any:
+    checks = _fields_of(cls)
+    names = {name for name, _ in checks}
+    extra = sorted(set(obj) - names - set(skip))
+    if extra:
+        raise DamagedRecords(f"{what} has a field the recorder does not write ({extra[0][:40]!r})")
+    values = {}
+    for name, check in checks:
+        if name not in obj:
+            raise DamagedRecords(f"{what} lacks its field {name!r}")
+        values[name] = check(obj[name], f"field {name!r} of {what}")
+    return cls(**values)
+
+
+def _structure(cls: type) -> Check:
+    def check(value: Any, what: str) -> Any:
+        if type(value) is not dict:
+            raise DamagedRecords(f"{what} is {_shown(value)}, not an object")
+        return _build(cls, value, what)
+
+    return check
+
+
+def parse_event(obj: Any) -> Event:
+    """The event a parsed JSON line stands for; DamagedRecords when it is not one the recorder
+    writes (unknown kind, missing, unexpected or ill-typed field, a bound exceeded, a header
+    of another format version)."""
+    if type(obj) is not dict:
+        raise DamagedRecords(f"a record is {_shown(obj)}, not a JSON object")
+    kind = obj.get("kind")
+    cls = EVENTS.get(kind) if type(kind) is str else None
+    if cls is None:
+        raise DamagedRecords(f"unknown event kind {_shown(kind)}")
+    event = _build(cls, obj, f"a {kind!r} event", skip=("kind",))
+    if isinstance(event, Process) and event.version != EVENTS_VERSION:
+        raise DamagedRecords(f"the records are of format version {event.version}, this grader reads version {EVENTS_VERSION}")
+    return event
+
+
+def parse_line(line: str | bytes) -> Event:
+    """`parse_event` of one line of an event file (DamagedRecords when it is not JSON; the
+    recorder writes ASCII only)."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("ascii")
+        except UnicodeDecodeError:
+            raise DamagedRecords("a record holds bytes that are not ASCII text") from None
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        raise DamagedRecords("a record is not valid JSON") from None
+    return parse_event(obj)
