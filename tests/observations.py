@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grader.checks.distributed import Trajectory
+from grader.observe.records import ObservedProcess, Timed
 from grader.probe.events import (
+    EVENTS,
     EVENTS_VERSION,
     AllReduce,
     Backward,
@@ -162,3 +164,40 @@ def crashed(rank: RankResult, exc_type: str, message: str, line: int = 84, code:
 
 def clone(run: JobResult) -> JobResult:
     return copy.deepcopy(run)
+
+
+# ---------------------------------------------------------------- observe
+FIELD_DEFAULTS: dict[str, dict[str, Any]] = {  # what the observe tests leave out of each kind
+    "forward": {"name": None, "role": None, "depth": 0, "call": None, "has_params": True, "replica": False, "inputs": (), "devices": None},
+    "allreduce": {"source": "call", "numel": 1, "bytes": 4, "bucket": None, "async_op": False},
+    "optimizer": {"optimizer": "SGD", "names": (), "values": None},
+    "model": {"when": "first_forward", "names": (), "shapes": (), "values": None},
+    "memory": {"why": None},
+    "exit": {"how": "atexit", "code": None},
+    "exception": {"frames": (), "library_frame": None},
+}
+
+
+def inputs(shape: list[int], device: str) -> tuple[TensorInfo, ...]:
+    """One tensor argument."""
+    return (TensorInfo(tuple(shape), device),)
+
+
+def timed(kind: str, start: float, end: float | None = None, step: int = 0, **fields: Any) -> Timed:
+    """An event of `kind` placed from `start` to `end` (a span) or at `start` (an instant), with
+    the fields a test gives and defaults for the others."""
+    cls = EVENTS[kind]
+    fields = {**FIELD_DEFAULTS.get(kind, {}), **fields}
+    if kind == "forward":
+        fields.setdefault("module", fields.get("label", "Net"))
+        fields.setdefault("label", fields["module"])
+        fields["devices"] = tuple(fields["devices"]) if fields["devices"] is not None else None
+    if issubclass(cls, Span):
+        fields["dur"] = (start if end is None else end) - start
+    event = cls(t=start, seq=0, step=step, **fields)  # in the order a test gives them: no numbering needed
+    return Timed(event, start, start if end is None else end)
+
+
+def observed(head: Process, *events: Timed) -> ObservedProcess:
+    """A process of an observed run, its events as given (already on the run's axis)."""
+    return ObservedProcess(ProcessRecord(head, tuple(t.event for t in events)), tuple(events))

@@ -18,7 +18,6 @@ import yaml
 from grader.cli import main
 from grader.collect import collect, write_answers
 from grader.grade.answers import MAX_MANUAL_CHARS, load_answers, manual_texts
-from grader.observe.records import ObservedProcess
 from grader.observe.report import RunSummary as ObservedRun
 from grader.observe.report import render_report
 from grader.results.escape import (
@@ -39,6 +38,7 @@ from grader.store import ResultsStore
 from grader.submit.queue import Queue, Submission
 from helpers import ROOT, SCHEMA
 from hostile_text import BILLION_LAUGHS, DEEP_YAML, FAKE_SCORE, HOSTILE_TEXTS, HUGE_TEXT, acting_characters, fenced_blocks, raw_acting
+from observations import header, observed, timed
 
 ALL_HOSTILE = "\n".join(HOSTILE_TEXTS.values())
 
@@ -281,14 +281,15 @@ def test_status_escapes_what_the_store_and_the_queue_hold(tmp_path: Path, capsys
 
 def test_the_observe_report_shows_what_processes_recorded_without_letting_it_act(acting: frozenset[str]) -> None:
     text = ALL_HOSTILE
-    events = [
-        {"kind": "init_pg", "start": 0.0, "end": 0.0, "backend": text, "requested": text, "rank": 0, "world_size": 1},
-        {"kind": "model", "start": 0.1, "end": 0.1, "label": text, "params": 10, "devices": [text]},
-        {"kind": "exception", "start": 0.2, "end": 0.2, "type": f"Error\n{FAKE_SCORE}", "message": text},
-        {"kind": "note", "start": 0.2, "end": 0.2, "text": text},
-        {"kind": "memory", "start": 0.3, "end": 0.3, "peak": None, "why": HUGE_TEXT},
-    ]
-    process = ObservedProcess({"kind": "process", "pid": 7, "rank": 0, "local_rank": 0, "world_size": 1}, events)
+    process = observed(
+        header(0, 1, pid=7),
+        timed("init_pg", 0.0, backend=text, requested=text, rank=0, world_size=1),
+        timed("model", 0.1, label=text, params=10, devices=(text,)),
+        timed("exception", 0.2, type=f"Error\n{FAKE_SCORE}", message=text),
+        timed("note", 0.2, text=text),
+        timed("comm_hook", 0.2, name=text),
+        timed("memory", 0.3, peak=None, why=HUGE_TEXT),
+    )
     report = render_report([process], ObservedRun(["python", text], 1, start_error=text))
     assert raw_acting(report, acting) == [] and len(report) < 100_000
     assert not any(line.startswith("Score:") for line in report.splitlines())

@@ -3,7 +3,9 @@
 recorder wraps torch.distributed's entry points."""
 from __future__ import annotations
 
+import ast
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from grader.results.model import Status
 from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout
 from grader.run.records import decode_records, parse_records, read_records
+from helpers import ROOT
 from observations import ddp_rank, header, record_of, trajectory
 from test_pipeline import practical, submission
 
@@ -119,4 +122,29 @@ def test_damaged_records_fail_the_checks_with_the_reason_and_never_crash_the_gra
 
 def grade_with(tmp_path: Path, respond) -> GradingReport:
     return grade(practical(tmp_path), submission(tmp_path), FakeRunner(respond))
+
+
+WRAPPED = ("init_process_group", "register_comm_hook", "_register_builtin_comm_hook")
+
+
+def modules_naming(names: tuple[str, ...]) -> set[str]:
+    """The modules under grader/ whose code (not their docstrings or messages) names one of
+    `names`: as an attribute, a variable, or a string of exactly that name."""
+    found = set()
+    for path in (ROOT / "grader").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named = (
+                (isinstance(node, ast.Attribute) and node.attr in names)
+                or (isinstance(node, ast.Name) and node.id in names)
+                or (isinstance(node, ast.Constant) and node.value in names)
+            )
+            if named:
+                found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_one_recorder_wraps_process_groups_and_ddp_communication_hooks() -> None:
+    # virtual GPUs substitute gloo for NCCL in init_process_group; they record nothing
+    assert modules_naming(WRAPPED) == {os.path.join("grader", "probe", "observers.py"), os.path.join("grader", "probe", "vgpu_dist.py")}
+    assert modules_naming(("register_comm_hook", "_register_builtin_comm_hook")) == {os.path.join("grader", "probe", "observers.py")}
 

@@ -5,38 +5,37 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from grader.cli import main
-from grader.observe.records import ObservedProcess, align, distinct_labels, parse_lines, read_processes
+from grader.observe.records import ObservedProcess, Timed, align, distinct_labels, read_processes
 from grader.observe.report import RunSummary, busy_seconds, duration_text, render_report, size_text
 from grader.observe.timeline import MAX_LANES, MIN_WIDTH, draw_timeline, lanes, timeline_lanes, visible
 from grader.observe.trace import COMMUNICATION, chrome_trace
+from grader.probe.events import Backward, Exit, InitPg, Note, plain, to_json
+from grader.probe.observers import Probe
+from grader.run.records import decode_records, parse_records, read_records
 from helpers import ROOT, run_cli
+from observations import header, inputs, observed, timed
 
 SCRIPTS = Path(__file__).parent / "observe_scripts"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 
 
-def span(kind: str, start: float, end: float, step: int = 0, **fields: object) -> dict:
-    return {"kind": kind, "start": start, "end": end, "dur": end - start, "step": step, **fields}
+def span(kind: str, start: float, end: float, step: int = 0, **fields: object) -> Timed:
+    return timed(kind, start, end, step, **fields)
 
 
-def instant(kind: str, at: float, step: int = 0, **fields: object) -> dict:
-    return {"kind": kind, "start": at, "end": at, "step": step, **fields}
+def instant(kind: str, at: float, step: int = 0, **fields: object) -> Timed:
+    return timed(kind, at, None, step, **fields)
 
 
-def process(rank: int | None, *events: dict, world_size: int = 2) -> ObservedProcess:
-    size = world_size if rank is not None else None
-    header = {"kind": "process", "pid": 4000 + (rank or 0), "rank": rank, "local_rank": rank, "world_size": size}
-    return ObservedProcess(header, list(events))
-
-
-def inputs(shape: list[int], device: str) -> list[dict]:
-    return [{"shape": shape, "device": device}]
+def process(rank: int | None, *events: Timed, world_size: int = 2) -> ObservedProcess:
+    return observed(header(rank, world_size if rank is not None else None, pid=4000 + (rank or 0)), *events)
 
 
 def missing(text: str, *lines: str) -> list[str]:
@@ -132,20 +131,26 @@ def test_what_was_not_seen_is_one_clear_line_each() -> None:
 
 # ---------------------------------------------------------------- records
 def test_event_files_line_up_on_one_clock_and_a_cut_last_line_is_passed_over() -> None:
-    first = ['{"kind":"process","pid":7,"rank":1,"wall":1000.5,"t":0.5}', '{"kind":"backward","t":1.5,"dur":0.25,"step":0}', '{"kind":"opt']
-    second = ['{"kind":"process","pid":8,"rank":0,"wall":1000.0,"t":0.0}', '{"kind":"init_pg","t":0.0,"rank":0,"world_size":2,"step":0}']
-    one, two = align([parse_lines(first), parse_lines(second)])
+    backward = Backward(t=1.25, seq=1, step=0, dur=0.25)  # a span's t is its start
+    first = "\n".join([to_json(replace(header(1, 2, pid=7), t=0.5, wall=1000.5)), to_json(backward), '{"kind":"opt']).encode()
+    group = InitPg(t=0.0, seq=1, step=0, requested="gloo", backend="gloo", rank=0, world_size=2)
+    second = [to_json(header(0, 2, pid=8)), to_json(group)]
+    one, two = align([decode_records(first, longer=False), parse_records(second)])
     assert (one.rank, two.rank) == (0, 1)
-    assert one.events[0]["start"] == 0.0 and two.events[0]["start"] == pytest.approx(1.25) and two.events[0]["end"] == pytest.approx(1.5)
-    assert len(two.events) == 1 and one.world_size == 2 and two.name == "rank 1"
+    assert one.events[0].start == 0.0 and two.events[0].start == pytest.approx(1.25) and two.events[0].end == pytest.approx(1.5)
+    assert len(two.events) == 1 and one.world_size == 2 and two.name == "rank 1" and two.record.cut_short
+    assert two.events[0]["kind"] == "backward" and dict(two.events[0]) == {**plain(backward), "start": two.events[0].start, "end": two.events[0].end}
 
 
 def test_read_processes_reads_every_event_file_of_a_folder(tmp_path: Path) -> None:
-    lines = ['{"kind":"process","pid":9,"wall":5.0,"t":0.0}', '{"kind":"init_pg","t":0.25,"step":0}', '{"kind":"exit","t":1.0,"step":0}']
+    events = [Note(t=0.25, seq=1, step=0, text="a note"), Exit(t=1.0, seq=2, step=0, how="atexit", code=None)]
+    lines = [to_json(header(None, None, pid=9, wall=5.0)), *(to_json(e) for e in events)]
     (tmp_path / "events-host-9.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "events-host-10.jsonl").write_text("\n".join([lines[0].replace('"pid":9', '"pid":10'), '{"kind": "verdict"}']) + "\n")
     (tmp_path / "notes.txt").write_text("not an event file")
-    [only] = read_processes(tmp_path)
-    assert only.name == "pid 9" and only.of_kind("exit")[0]["end"] == 0.75
+    only, damaged = read_processes(tmp_path)
+    assert only.name == "pid 9" and only.of_kind(Exit)[0].end == 0.75
+    assert damaged.name == "pid 10" and 'the event file is damaged (line 2: unknown event kind "verdict")' in render_report([damaged], RunSummary(["x"], 0))
     assert read_processes(tmp_path / "missing") == []
 
 
@@ -186,9 +191,8 @@ def dataparallel_process(devices: int = 3, calls: int = 2) -> ObservedProcess:
     return process(None, *events)
 
 
-def spawned(rank: int, pid: int, ppid: int, start: float, host: str = "node") -> ObservedProcess:
-    header = {"kind": "process", "pid": pid, "ppid": ppid, "host": host, "rank": rank, "world_size": 2}
-    return ObservedProcess(header, [span("forward", start, start + 0.1, role="model", label="Net", call=1)])
+def spawned(rank: int, pid: int, ppid: int, start: float, host: str = "node", world_size: int = 2) -> ObservedProcess:
+    return observed(header(rank, world_size, pid=pid, ppid=ppid, host=host), span("forward", start, start + 0.1, role="model", label="Net", call=1))
 
 
 def test_dataparallel_replicas_get_one_lane_per_device_in_device_order_and_no_all_reduce_lane() -> None:
@@ -230,8 +234,8 @@ def test_two_spawn_groups_with_the_same_ranks_get_distinct_labels_and_stay_toget
         "spawn 2 · rank 0 · pid 11",
         "spawn 2 · rank 1 · pid 12",
     ]
-    one_parent = [spawned(0, 31, 1, 0.0), spawned(0, 41, 1, 5.0), spawned(0, 51, 1, 9.0), spawned(1, 32, 1, 0.1), spawned(1, 42, 1, 5.0)]
-    one_parent[2].header["world_size"] = 1  # mp.spawn called three times by one script, the last time for one process
+    # mp.spawn called three times by one script, the last time for one process
+    one_parent = [spawned(0, 31, 1, 0.0), spawned(0, 41, 1, 5.0), spawned(0, 51, 1, 9.0, world_size=1), spawned(1, 32, 1, 0.1), spawned(1, 42, 1, 5.0)]
     assert distinct_labels(one_parent) == [
         "spawn 1 · rank 0 · pid 31",
         "spawn 2 · rank 0 · pid 41",
@@ -278,12 +282,10 @@ def test_the_timeline_png_of_replicas_and_of_hundreds_of_processes_stays_a_reada
 def test_the_process_header_names_the_parent_that_spawned_it(tmp_path: Path) -> None:
     import os
 
-    from grader.observe.events import Observer
-
-    Observer(str(tmp_path)).note("nothing to see")
-    [written] = tmp_path.glob("events-*.jsonl")
-    header, _ = parse_lines(written.read_text().splitlines())
-    assert header is not None and (header["pid"], header["ppid"]) == (os.getpid(), os.getppid())
+    Probe(str(tmp_path / "events-here.jsonl")).note("nothing to see")
+    written = read_records(tmp_path / "events-here.jsonl", 1 << 20)
+    assert written.header is not None and (written.header.pid, written.header.ppid) == (os.getpid(), os.getppid())
+    assert [e.text for e in written.of_kind(Note)] == ["nothing to see"]
 
 
 # ---------------------------------------------------------------- command line

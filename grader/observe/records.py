@@ -1,59 +1,90 @@
-"""The event files of an observed run read back (grader.observe.events wrote them), on one
-time axis: seconds from the earliest thing any process recorded."""
+"""The event files of an observed run read back through the grader's one reader
+(grader.run.records: typed, validated events, in the order they began), put on one time axis:
+seconds from the earliest thing any process recorded."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterator, Mapping
 
-SPAN_KINDS = ("forward", "backward", "allreduce", "optimizer")
+from grader.probe.events import MAX_FILE_BYTES, E, Event, InitPg, Process, Span, plain
+from grader.run.records import ProcessRecord, read_records
+
+MAX_EVENTS = 1_000_000  # a long training run observed (the grader's cap for graded ranks is lower)
 
 
-@dataclass
+@dataclass(frozen=True)
+class Timed(Mapping[str, Any]):
+    """An event placed on the run's time axis: `start` and `end` in seconds from the run's
+    origin (equal for an instant). The typed event is `event`; as a Mapping, a Timed reads as
+    the event's line in its file, with `start` and `end` added (for readers that go by field
+    name: the timeline and the trace)."""
+
+    event: Event
+    start: float
+    end: float
+    _fields: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_fields", {**plain(self.event), "start": self.start, "end": self.end})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+
+@dataclass(frozen=True)
 class ObservedProcess:
-    """One process: its `process` header and its other events, in the order written. Every
-    event has `start` and `end` in seconds from the run's origin (equal for an instant)."""
+    """One process: what it recorded (the record the checks read too) and its events on the
+    run's time axis, in the order they began."""
 
-    header: dict
-    events: list[dict] = field(default_factory=list)
+    record: ProcessRecord
+    events: tuple[Timed, ...] = ()
 
-    def of_kind(self, kind: str, **match: object) -> list[dict]:
-        """The events of one kind whose fields equal `match`."""
-        return [e for e in self.events if e.get("kind") == kind and all(e.get(k) == v for k, v in match.items())]
+    @property
+    def header(self) -> Process:
+        assert self.record.header is not None  # read_processes keeps files with a header only
+        return self.record.header
 
-    def _from_process_group(self, key: str) -> int | None:
-        groups = self.of_kind("init_pg")
-        return groups[0].get(key) if groups else None
+    def of_kind(self, kind: type[E], **match: object) -> list[Timed]:
+        """The placed events of one kind whose fields equal `match`."""
+        return [e for e in self.events if type(e.event) is kind and all(getattr(e.event, k) == v for k, v in match.items())]
+
+    def _process_group(self) -> InitPg | None:
+        return self.record.first(InitPg)
 
     @property
     def rank(self) -> int | None:
         """The rank in the default process group, else torchrun's RANK, else None."""
-        found = self._from_process_group("rank")
-        return found if found is not None else self.header.get("rank")
+        group = self._process_group()
+        return group.rank if group is not None else self.header.rank
 
     @property
     def world_size(self) -> int | None:
-        found = self._from_process_group("world_size")
-        return found if found is not None else self.header.get("world_size")
+        group = self._process_group()
+        return group.world_size if group is not None else self.header.world_size
 
     @property
     def local_rank(self) -> int | None:
-        return self.header.get("local_rank")
+        return self.header.local_rank
 
     @property
     def pid(self) -> int:
-        return int(self.header.get("pid", 0))
+        return self.header.pid
 
     @property
     def host(self) -> str:
-        return str(self.header.get("host", ""))
+        return self.header.host
 
     @property
     def ppid(self) -> int | None:
-        """The parent's pid (the launcher or the `mp.spawn` caller), None in older event files."""
-        found = self.header.get("ppid")
-        return found if isinstance(found, int) else None
+        """The parent's pid (the launcher or the `mp.spawn` caller)."""
+        return self.header.ppid
 
     @property
     def name(self) -> str:
@@ -68,7 +99,7 @@ class ObservedProcess:
     @property
     def first_start(self) -> float:
         """When the process's first event began (infinity when it has none)."""
-        return min((float(e.get("start", 0.0)) for e in self.events), default=float("inf"))
+        return min((e.start for e in self.events), default=float("inf"))
 
 
 def spawn_groups(processes: list[ObservedProcess]) -> list[int | None]:
@@ -123,52 +154,26 @@ def distinct_labels(processes: list[ObservedProcess]) -> list[str]:
     return labels
 
 
-def parse_lines(lines: Iterable[str]) -> tuple[dict | None, list[dict]]:
-    """The header and the other events of one file, times still the file's own (`t`). A line
-    that is not JSON (the last one of a killed process, cut short) is passed over."""
-    header, events = None, []
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(event, dict):
-            continue
-        if event.get("kind") == "process" and header is None:
-            header = event
-        else:
-            events.append(event)
-    return header, events
-
-
-def align(files: list[tuple[dict, list[dict]]]) -> list[ObservedProcess]:
-    """Put the events of several files on one axis: `start` and `end` in seconds from the
-    earliest start, using each file's wall-clock time of its header. Sorted by rank, then pid."""
+def align(records: list[ProcessRecord]) -> list[ObservedProcess]:
+    """Put the events of several processes on one axis: `start` and `end` in seconds from the
+    earliest start, using each header's wall-clock time. Records without a header are left
+    out. Sorted by rank, then host, then pid."""
     placed = []
-    for header, events in files:
-        wall0 = float(header.get("wall", 0.0)) - float(header.get("t", 0.0))
-        timed = []
-        for event in events:
-            end = wall0 + float(event.get("t", 0.0))
-            timed.append({**event, "start": end - float(event.get("dur", 0.0)), "end": end})
-        placed.append((header, timed))
-    starts = [e["start"] for _, events in placed for e in events] or [float(h.get("wall", 0.0)) for h, _ in placed] or [0.0]
+    for record in records:
+        if record.header is None:
+            continue
+        wall0 = record.header.wall - record.header.t
+        placed.append((record, [(wall0 + e.t, wall0 + e.t + (e.dur if isinstance(e, Span) else 0.0)) for e in record.events]))
+    starts = [start for _, times in placed for start, _ in times] or [record.header.wall for record, _ in placed] or [0.0]
     origin = min(starts)
     processes = []
-    for header, events in placed:
-        for event in events:
-            event["start"] = round(event["start"] - origin, 6)
-            event["end"] = round(event["end"] - origin, 6)
-        processes.append(ObservedProcess(header, events))
-    return sorted(processes, key=lambda p: (p.rank is None, p.rank or 0, str(p.header.get("host", "")), p.pid))
+    for record, times in placed:
+        events = tuple(Timed(e, round(start - origin, 6), round(end - origin, 6)) for e, (start, end) in zip(record.events, times))
+        processes.append(ObservedProcess(record, events))
+    return sorted(processes, key=lambda p: (p.rank is None, p.rank or 0, p.host, p.pid))
 
 
 def read_processes(folder: Path) -> list[ObservedProcess]:
     """Every process that wrote an event file (events-*.jsonl) into `folder`."""
-    files = []
-    for path in sorted(folder.glob("events-*.jsonl")) if folder.is_dir() else []:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            header, events = parse_lines(handle)
-        if header is not None:
-            files.append((header, events))
-    return align(files)
+    paths = sorted(folder.glob("events-*.jsonl")) if folder.is_dir() else []
+    return align([read_records(path, MAX_FILE_BYTES, MAX_EVENTS) for path in paths])

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable, Iterable
 
-from grader.observe.records import ObservedProcess
+from grader.observe.records import ObservedProcess, Timed
+from grader.probe.events import AllReduce, Backward, CommHook, Ddp, Exit, Forward, InitPg, Memory, Model, Note, Optimizer, Raised, TensorInfo, Truncated
 from grader.results.escape import terminal_line
 
 PERFETTO = "https://ui.perfetto.dev"
@@ -56,10 +57,10 @@ def duration_text(seconds: float) -> str:
     return f"{milliseconds:.2f} ms" if milliseconds < 1 else f"{milliseconds:.1f} ms"
 
 
-def busy_seconds(spans: Iterable[dict]) -> float:
+def busy_seconds(spans: Iterable[Timed]) -> float:
     """The length of the union of spans (overlaps counted once)."""
     total, end = 0.0, None
-    for start, stop in sorted((s["start"], s["end"]) for s in spans):
+    for start, stop in sorted((s.start, s.end) for s in spans):
         if end is None or start > end:
             total += stop - start
             end = stop
@@ -74,10 +75,10 @@ def _device_key(device: str) -> tuple[str, int]:
     return kind, int(index) if index.isdigit() else -1
 
 
-def _shape_text(inputs: list[dict]) -> str:
+def _shape_text(inputs: tuple[TensorInfo, ...]) -> str:
     if not inputs:
         return "no tensor inputs"
-    return "; ".join(f"{list(i['shape'])} on {i['device']}" for i in inputs)
+    return "; ".join(f"{list(i.shape)} on {i.device}" for i in inputs)
 
 
 def _counted(items: Iterable[Hashable]) -> list[tuple[Any, int]]:
@@ -102,11 +103,12 @@ def _times(count: int) -> str:
 # ------------------------------------------------------------------ sections
 def device_text(process: ObservedProcess) -> str:
     """The devices of the process's model parameters (what it trains on)."""
-    for kind in ("model", "ddp"):
-        for event in process.of_kind(kind):
-            devices = event.get("devices") or event.get("param_devices")
-            if devices:
-                return ", ".join(sorted(devices, key=_device_key))
+    for model in process.record.of_kind(Model):
+        if model.devices:
+            return ", ".join(sorted(set(model.devices), key=_device_key))
+    for ddp in process.record.of_kind(Ddp):
+        if ddp.param_devices:
+            return ", ".join(sorted(ddp.param_devices, key=_device_key))
     return "not seen (no model with parameters was called)"
 
 
@@ -125,76 +127,79 @@ def title(process: ObservedProcess) -> str:
 
 def forward_lines(process: ObservedProcess) -> list[str]:
     """Each model's calls by input signature, then replicas, DataParallel's splits, stages."""
-    forwards = process.of_kind("forward")
+    forwards = [f.event for f in process.of_kind(Forward) if f.event.role is not None]
     if not forwards:
         return ["no module with parameters was called"]
     lines = []
-    models = [f for f in forwards if f.get("role") == "model"]
-    for label, _ in _counted(f["label"] for f in models):
-        signatures = _counted(_shape_text(f.get("inputs", [])) for f in models if f["label"] == label)
+    models = [f for f in forwards if f.role == "model"]
+    for label, _ in _counted(f.label for f in models):
+        signatures = _counted(_shape_text(f.inputs) for f in models if f.label == label)
         lines += [f"{label} ({_times(n)}): {s}" for s, n in signatures[:MAX_SIGNATURES]]
         if len(signatures) > MAX_SIGNATURES:
             lines.append(f"… and {len(signatures) - MAX_SIGNATURES} other input shapes")
-    replicas = sorted((f for f in forwards if f.get("role") == "replica"), key=lambda f: _device_key(_first_device(f)))
-    for (label, signature), count in _counted((f["label"], _shape_text(f.get("inputs", []))) for f in replicas):
+    replicas = sorted((f for f in forwards if f.role == "replica"), key=lambda f: _device_key(_first_device(f)))
+    for (label, signature), count in _counted((f.label, _shape_text(f.inputs)) for f in replicas):
         lines.append(f"  replica {label} ({_times(count)}): {signature}")
     lines += ["  " + line for line in split_lines(process)]
-    stages = [f for f in forwards if f.get("role") == "stage"]
-    for label, _ in _counted(f["label"] for f in stages):
-        group = [f for f in stages if f["label"] == label]
-        where = f"{group[0].get('module', '?')} on {', '.join(group[0].get('devices', []))}"
-        for signature, count in _counted(_shape_text(f.get("inputs", [])) for f in group)[:MAX_SIGNATURES]:
+    stages = [f for f in forwards if f.role == "stage"]
+    for label, _ in _counted(f.label for f in stages):
+        group = [f for f in stages if f.label == label]
+        where = f"{group[0].module} on {', '.join(group[0].devices or ())}"
+        for signature, count in _counted(_shape_text(f.inputs) for f in group)[:MAX_SIGNATURES]:
             lines.append(f"  stage {label} ({where}, {_times(count)}): {signature}")
     return lines
 
 
-def _first_device(event: dict) -> str:
-    inputs = event.get("inputs") or [{}]
-    return str(inputs[0].get("device", "?"))
+def _first_device(event: Forward) -> str:
+    return event.inputs[0].device if event.inputs else "?"
 
 
 def split_lines(process: ObservedProcess) -> list[str]:
     """How DataParallel split each batch: "split of [64, 8] on cuda:0: 13, 13, 13, 13, 12 rows
     on cuda:0, cuda:1, cuda:2, cuda:3, cuda:4 (2 calls)"."""
-    calls = {f.get("call"): f for f in process.of_kind("forward", role="model")}
-    by_call: dict[object, list[dict]] = {}
-    for replica in process.of_kind("forward", role="replica"):
-        if replica.get("inputs"):
-            by_call.setdefault(replica.get("call"), []).append(replica)
+    calls = {f.event.call: f.event for f in process.of_kind(Forward, role="model")}
+    by_call: dict[int | None, list[Forward]] = {}
+    for replica in process.of_kind(Forward, role="replica"):
+        if replica.event.inputs:
+            by_call.setdefault(replica.event.call, []).append(replica.event)
     splits = []
     for call, replicas in by_call.items():
         replicas.sort(key=lambda r: _device_key(_first_device(r)))
-        rows = ", ".join(str(r["inputs"][0]["shape"][0]) if r["inputs"][0]["shape"] else "1" for r in replicas)
+        rows = ", ".join(str(r.inputs[0].shape[0]) if r.inputs[0].shape else "1" for r in replicas)
         devices = ", ".join(_first_device(r) for r in replicas)
-        whole = calls.get(call, {}).get("inputs") or [{"shape": "?", "device": "?"}]
-        splits.append(f"split of {_shape_text(whole[:1])}: {rows} rows on {devices}")
+        whole = calls[call].inputs if call in calls else ()
+        splits.append(f"split of {_shape_text(whole[:1]) if whole else '? on ?'}: {rows} rows on {devices}")
     return [f"{split} ({_times(count)})" for split, count in _counted(splits)]
 
 
 def _steps_of(process: ObservedProcess) -> int:
-    return len(process.of_kind("optimizer"))
+    return len(process.of_kind(Optimizer))
 
 
-def by_step(events: Iterable[dict]) -> dict[int, list[dict]]:
+def by_step(events: Iterable[Timed]) -> dict[int, list[Timed]]:
     """Events grouped by the optimizer steps finished before them."""
-    grouped: dict[int, list[dict]] = {}
+    grouped: dict[int, list[Timed]] = {}
     for event in events:
-        grouped.setdefault(int(event.get("step", 0)), []).append(event)
+        grouped.setdefault(event.event.step, []).append(event)
     return grouped
 
 
-def per_step_text(events: list[dict], steps: int, with_bytes: bool = True) -> str:
+def _bytes(events: Iterable[Timed]) -> int:
+    return sum(e.event.bytes for e in events if isinstance(e.event, AllReduce))
+
+
+def per_step_text(events: list[Timed], steps: int, with_bytes: bool = True) -> str:
     """"1 per step, 8.5 KiB per step", or step by step where the steps differ."""
-    def amount(group: list[dict]) -> str:
-        return f"{len(group)} ({size_text(sum(e.get('bytes', 0) for e in group))})" if with_bytes else str(len(group))
+    def amount(group: list[Timed]) -> str:
+        return f"{len(group)} ({size_text(_bytes(group))})" if with_bytes else str(len(group))
 
     if steps == 0:
         return f"{amount(events)} in all (no optimizer step: not split by step)"
     grouped = by_step(events)
     per_step = [grouped.get(s, []) for s in range(steps)]
-    after = [e for e in events if e.get("step", 0) >= steps]
+    after = [e for e in events if e.event.step >= steps]
     parts = []
-    keys = {(len(g), sum(e.get("bytes", 0) for e in g)) for g in per_step}
+    keys = {(len(g), _bytes(g)) for g in per_step}
     if len(keys) == 1 and not (after and keys == {(0, 0)}):
         count, total = keys.pop()
         parts.append(f"{count} per step" + (f", {size_text(total)} per step" if with_bytes else ""))
@@ -209,13 +214,13 @@ def per_step_text(events: list[dict], steps: int, with_bytes: bool = True) -> st
 
 def sync_pattern(process: ObservedProcess, steps: int) -> str:
     """In which backward passes of a step DDP's buckets were all-reduced."""
-    passes_by_step = by_step(process.of_kind("backward"))
-    buckets_by_step = by_step(process.of_kind("allreduce", source="ddp"))
+    passes_by_step = by_step(process.of_kind(Backward))
+    buckets_by_step = by_step(process.of_kind(AllReduce, source="ddp"))
     patterns = []
     for step in range(max(steps, 1)):
-        passes = sorted(passes_by_step.get(step, []), key=lambda b: b["start"])
+        passes = sorted(passes_by_step.get(step, []), key=lambda b: b.start)
         buckets = buckets_by_step.get(step, [])
-        inside = sorted({i + 1 for i, b in enumerate(passes) for a in buckets if b["start"] <= a["start"] <= b["end"]})
+        inside = sorted({i + 1 for i, b in enumerate(passes) for a in buckets if b.start <= a.start <= b.end})
         patterns.append((tuple(inside), len(passes)))
     if len(set(patterns)) != 1:
         return "in different backward passes from step to step"
@@ -234,29 +239,29 @@ def allreduce_lines(process: ObservedProcess) -> list[str]:
     steps = _steps_of(process)
     lines = []
     for source, name in (("ddp", "DDP gradient buckets"), ("call", "dist.all_reduce calls")):
-        events = process.of_kind("allreduce", source=source)
+        events = process.of_kind(AllReduce, source=source)
         if not events:
             continue
-        line = f"{name}: {per_step_text(events, steps)} · {duration_text(sum(e['end'] - e['start'] for e in events))} in all"
+        line = f"{name}: {per_step_text(events, steps)} · {duration_text(sum(e.end - e.start for e in events))} in all"
         if source == "ddp":
             line += f" · {sync_pattern(process, steps)}"
-        elif any(e.get("async_op") for e in events):
+        elif any(e.event.async_op for e in events):
             line += " (those with async_op=True timed to their launch only)"
         lines.append(line)
-    if not lines and process.of_kind("forward", role="replica"):
+    if not lines and process.of_kind(Forward, role="replica"):
         lines.append("none: DataParallel sums the replicas' gradients on its first device instead")
     elif not lines:
-        lines.append("none seen" if process.of_kind("init_pg") else "none seen (no process group)")
+        lines.append("none seen" if process.of_kind(InitPg) else "none seen (no process group)")
     return lines
 
 
 def step_lines(process: ObservedProcess) -> list[str]:
     """Step times: from one optimizer step's end to the next (the first from the first forward)."""
-    ends = [e["end"] for e in process.of_kind("optimizer")]
+    ends = [e.end for e in process.of_kind(Optimizer)]
     if not ends:
         return ["no optimizer steps seen: step times not available"]
-    spans = [e for e in process.events if e.get("kind") in ("forward", "backward")]
-    first_start = min((e["start"] for e in spans), default=ends[0])
+    spans = [e for e in process.events if isinstance(e.event, (Forward, Backward))]
+    first_start = min((e.start for e in spans), default=ends[0])
     times = [ends[0] - first_start] + [b - a for a, b in zip(ends, ends[1:])]
     median = duration_text(statistics.median(times))
     if len(times) <= MAX_LISTED_STEPS:
@@ -268,47 +273,51 @@ def step_lines(process: ObservedProcess) -> list[str]:
 
 def time_lines(process: ObservedProcess) -> list[str]:
     """Where the time of the active window (first to last recorded span) went."""
-    forwards = process.of_kind("forward", role="model")
-    backwards = process.of_kind("backward")
-    reduces = process.of_kind("allreduce")
-    optimizers = process.of_kind("optimizer")
+    forwards = process.of_kind(Forward, role="model")
+    backwards = process.of_kind(Backward)
+    reduces = process.of_kind(AllReduce)
+    optimizers = process.of_kind(Optimizer)
     spans = forwards + backwards + reduces + optimizers
     if not spans:
         return ["nothing timed"]
-    window = max(s["end"] for s in spans) - min(s["start"] for s in spans)
+    window = max(s.end for s in spans) - min(s.start for s in spans)
     idle = max(window - busy_seconds(spans), 0.0)
 
-    def total(group: list[dict]) -> str:
+    def total(group: list[Timed]) -> str:
         return duration_text(busy_seconds(group))
 
     parts = [f"forward {total(forwards)}", f"backward {total(backwards)}"]
     if reduces:
-        parts.append(f"all-reduce {total(reduces)}" + (" (DDP's inside backward)" if process.of_kind("allreduce", source="ddp") else ""))
+        parts.append(f"all-reduce {total(reduces)}" + (" (DDP's inside backward)" if process.of_kind(AllReduce, source="ddp") else ""))
     parts += [f"optimizer {total(optimizers)}", f"idle {duration_text(idle)} of a {duration_text(window)} window"]
     return [" · ".join(parts)]
 
 
 def memory_lines(process: ObservedProcess) -> list[str]:
     """Peak memory allocated per CUDA device, as torch.cuda.max_memory_allocated said at exit."""
-    events = process.of_kind("memory")
+    events = process.record.of_kind(Memory)
     if not events:
         return ["not measured: the process did not reach a normal exit"]
     event = events[-1]
-    if event.get("peak") is None:
-        return [str(event.get("why", "not measured"))]
-    used = [f"cuda:{i} {size_text(b)}" for i, b in enumerate(event["peak"]) if b]
+    if event.peak is None:
+        return [event.why or "not measured"]
+    used = [f"cuda:{i} {size_text(b)}" for i, b in enumerate(event.peak) if b]
     return [" · ".join(used) if used else "0 B on every CUDA device"]
 
 
 def unseen_lines(process: ObservedProcess) -> list[str]:
     """What went wrong or could not be seen in this process."""
-    lines = [f"uncaught {e.get('type')}: {e.get('message')}" for e in process.of_kind("exception")]
-    lines += [str(e.get("text")) for e in process.of_kind("note")]
-    if process.of_kind("truncated"):
+    record = process.record
+    lines = [f"uncaught {e.type}: {e.message}" for e in record.of_kind(Raised)]
+    lines += [f"the script registers its own DDP communication hook ({e.name}): its buckets are timed as DDP buckets" for e in record.of_kind(CommHook)]
+    lines += [e.text for e in record.of_kind(Note)]
+    if record.damaged:
+        lines.append(f"the event file is damaged ({record.damaged}): what follows was not read")
+    if record.of_kind(Truncated):
         lines.append("the event file reached its size limit: what follows its end was not recorded")
-    if not process.of_kind("exit"):
+    if not record.of_kind(Exit):
         lines.append("no normal exit recorded: the process was killed or crashed (its last events may be missing)")
-    if process.header.get("cuda"):
+    if process.header.cuda:
         lines.append("times are host times: CUDA runs asynchronously (each optimizer step's end is synchronised)")
     return lines
 
@@ -316,22 +325,21 @@ def unseen_lines(process: ObservedProcess) -> list[str]:
 def process_block(process: ObservedProcess) -> list[str]:
     """The report's lines for one process."""
     sections: list[tuple[str, list[str]]] = []
-    groups = process.of_kind("init_pg")
-    if groups:
-        g = groups[0]
-        asked = f" (asked for {g.get('requested')})" if g.get("requested") not in (None, "None", g.get("backend")) else ""
-        sections.append(("process group", [f"{g.get('backend')}{asked}, rank {g.get('rank')} of {g.get('world_size')}"]))
+    group = process.record.first(InitPg)
+    if group is not None:
+        asked = f" (asked for {group.requested})" if group.requested not in ("None", group.backend) else ""
+        sections.append(("process group", [f"{group.backend}{asked}, rank {group.rank} of {group.world_size}"]))
     elif process.rank is not None:
         sections.append(("process group", ["none initialised"]))
     models = [
-        f"{m.get('label')}: {m.get('params', 0):,} parameters on {', '.join(m.get('devices') or ['?'])}" for m in process.of_kind("model")
+        f"{m.label}: {m.params:,} parameters on {', '.join(sorted(set(m.devices), key=_device_key)) or '?'}" for m in process.record.of_kind(Model)
     ]
-    for ddp in process.of_kind("ddp"):
-        ids = ddp.get("device_ids")
+    for ddp in process.record.of_kind(Ddp):
+        ids = ddp.device_ids
         models.append(f"DistributedDataParallel built with device_ids={'None' if ids is None else '[' + ', '.join(ids) + ']'}")
     if models:
         sections.append(("model", models))
-    backwards = process.of_kind("backward")
+    backwards = process.of_kind(Backward)
     steps = _steps_of(process)
     sections += [
         ("forward", forward_lines(process)),

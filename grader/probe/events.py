@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, NewType, TypeVar
 
 EVENTS_VERSION = 1
+MAX_FILE_BYTES = 64 << 20  # the largest event file the recorder writes (grading asks for less)
 MAX_TEXT = 8192  # characters of any text field
 MAX_ITEMS = 1 << 16  # items of a list or a mapping (parameters, inputs, frames, ...)
 MAX_NUMBERS = 1 << 22  # numbers of one tensor's values

@@ -54,6 +54,7 @@ from torch.optim import optimizer as optim_module
 
 from grader.probe.events import (
     EVENTS_VERSION,
+    MAX_FILE_BYTES,
     MAX_ITEMS,
     AllReduce,
     Backward,
@@ -84,7 +85,6 @@ from grader.probe.events import (
 from grader.probe.patching import replace_in_torch
 from grader.probe.recorder import EventFile
 
-MAX_EVENT_BYTES = 64 << 20
 SOURCE_LINE_LIMIT = 200
 WRAPPERS = (DistributedDataParallel, DataParallel)
 DeviceOf = Callable[[torch.Tensor], torch.device]
@@ -163,7 +163,7 @@ class Probe:
     (nothing is global beyond what torch's own hook registries hold). The file `path` is
     opened at the first event (a process that records nothing leaves none) or by `open()`."""
 
-    def __init__(self, path: str, options: ProbeOptions = ProbeOptions(), device_of: DeviceOf | None = None, max_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, path: str, options: ProbeOptions = ProbeOptions(), device_of: DeviceOf | None = None, max_bytes: int = MAX_FILE_BYTES) -> None:
         self.path = path
         self.options = options
         self.device_of = device_of or _plain_device

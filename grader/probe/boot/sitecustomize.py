@@ -4,7 +4,8 @@
 This folder is put first on PYTHONPATH by those commands and holds nothing else, so Python's
 start-up imports this file: with GRADER_VIRTUAL_GPUS=N set, the process (torchrun's launcher
 and each of its workers alike) sees N CPU-backed CUDA devices before the script runs; with
-GRADER_OBSERVE_DIR set, it also records what it does into that folder (grader.observe.events).
+GRADER_OBSERVE_DIR set, it also records what it does into that folder (the recorder,
+grader.probe.observers, as `grade`, `check` and `run` use it in each rank).
 """
 import os
 
@@ -16,7 +17,7 @@ def _boot() -> None:
 
         virtual = install(int(os.environ["GRADER_VIRTUAL_GPUS"]))
     if os.environ.get("GRADER_OBSERVE_DIR"):
-        from grader.observe.events import start_observing
+        from grader.probe.observers import start_observing
 
         start_observing(os.environ["GRADER_OBSERVE_DIR"], virtual)
 
