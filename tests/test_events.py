@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from grader.grade.pipeline import GradingReport, grade
-from grader.probe.events import EVENTS, EVENTS_VERSION, MAX_TEXT, DamagedRecords, Forward, Process, TensorInfo, parse_event, plain, to_json
+from grader.probe.events import EVENTS, EVENTS_VERSION, DamagedRecords, Forward, Process, TensorInfo, parse_event, plain, to_json
+from grader.probe.typed import MAX_TEXT
 from grader.results.model import Status
 from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout
@@ -50,8 +51,8 @@ def test_every_kind_has_one_class_and_its_events_come_back_as_they_were_written(
         ({**BACKWARD, "step": "3"}, "field 'step' of a 'backward' event is \"3\", not a whole number"),
         ({**BACKWARD, "step": True}, "field 'step' of a 'backward' event is true, not a whole number"),
         ({**BACKWARD, "dur": float("inf")}, "field 'dur' of a 'backward' event is Infinity, not a finite number"),
-        ({**BACKWARD, "score": 100}, "a 'backward' event has a field the recorder does not write ('score')"),
-        ([BACKWARD], "a record is a list, not a JSON object"),
+        ({**BACKWARD, "score": 100}, "a 'backward' event has a field it should not have ('score')"),
+        ([BACKWARD], "an event is a list, not a JSON object"),
         ({"kind": "note", "t": 0, "seq": 1, "step": 0, "text": "x" * (MAX_TEXT + 1)}, f"field 'text' of a 'note' event is longer than {MAX_TEXT} characters"),
         ({"kind": "init_pg_call", "t": 0, "seq": 1, "step": 0, "backend": "gloo", "kwargs": ["timeout"] * 70_000}, "field 'kwargs' of a 'init_pg_call' event has more than 65536 items"),
         ({"kind": "globals", "t": 0, "seq": 1, "step": 0, "when": "end", "values": {"x": [[[[[[[[[1]]]]]]]]]}}, "field 'values' of a 'globals' event['x'] is nested deeper than 8 levels"),

@@ -19,32 +19,18 @@ they hold explains a verdict, it is never trusted more than that.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
-import json
-import math
-import typing
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, NewType, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from grader.probe import typed
+from grader.probe.typed import JsonValue, Malformed, Value, dumps, loads, parse_tagged
 
 EVENTS_VERSION = 1
 MAX_FILE_BYTES = 64 << 20  # the largest event file the recorder writes (grading asks for less)
-MAX_TEXT = 8192  # characters of any text field
-MAX_ITEMS = 1 << 16  # items of a list or a mapping (parameters, inputs, frames, ...)
-MAX_NUMBERS = 1 << 22  # numbers of one tensor's values
-MAX_JSON_DEPTH = 8  # nesting of a free-form value (a script's variable, an answer)
-
-Value = NewType("Value", float)  # a tensor element: any float, NaN and infinities included
-JsonValue = NewType("JsonValue", object)  # a free-form JSON value, bounded in depth and size
 
 
-class DamagedRecords(ValueError):
+class DamagedRecords(Malformed):
     """An event file holds something the recorder does not write; the message says what."""
-
-
-def clip(text: str, limit: int = MAX_TEXT) -> str:
-    """`text` cut to what a text field may hold."""
-    return text if len(text) <= limit else text[:limit]
 
 
 # ------------------------------------------------------------------ parts of events
@@ -373,232 +359,36 @@ EVENTS: dict[str, type[Event]] = {
 E = TypeVar("E", bound=Event)
 
 
-# ------------------------------------------------------------------ writing
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
-def _struct(value: Any) -> dict:
-    """A nested part (TensorInfo, Frame, ExceptionInfo) as JSON's object."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: getattr(value, name) for name in _field_names(type(value))}
-    raise TypeError(f"{type(value).__name__} is not part of an event")
-
-
+# ------------------------------------------------------------------ writing and reading
 def to_json(event: Event) -> str:
     """The line (without its newline) that stands for `event` in an event file."""
-    fields = {"kind": event.kind}
-    for name in _field_names(type(event)):
-        fields[name] = getattr(event, name)
-    return json.dumps(fields, separators=(",", ":"), default=_struct)
+    return dumps(event, "kind", event.kind)
 
 
 def plain(value: Any) -> Any:
     """An event, or a part of one, as the JSON values its line holds (dicts, lists, ...)."""
     if isinstance(value, Event):
-        return {"kind": value.kind, **{name: plain(getattr(value, name)) for name in _field_names(type(value))}}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {name: plain(getattr(value, name)) for name in _field_names(type(value))}
-    if isinstance(value, (tuple, list)):
-        return [plain(item) for item in value]
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    return value
-
-
-# ------------------------------------------------------------------ reading
-Check = Callable[[Any, str], Any]  # (value, what it is) -> the typed value, or DamagedRecords
-
-
-def _is_int(value: Any) -> bool:
-    return type(value) is int
-
-
-def _check_int(value: Any, what: str) -> int:
-    if not _is_int(value):
-        raise DamagedRecords(f"{what} is {_shown(value)}, not a whole number")
-    return value
-
-
-def _check_float(value: Any, what: str) -> float:
-    if not (type(value) is float or _is_int(value)) or not math.isfinite(value):
-        raise DamagedRecords(f"{what} is {_shown(value)}, not a finite number")
-    return float(value)
-
-
-def _check_value(value: Any, what: str) -> float:
-    if not (type(value) is float or _is_int(value)):
-        raise DamagedRecords(f"{what} is {_shown(value)}, not a number")
-    return float(value)
-
-
-def _check_bool(value: Any, what: str) -> bool:
-    if type(value) is not bool:
-        raise DamagedRecords(f"{what} is {_shown(value)}, not true or false")
-    return value
-
-
-def _check_text(value: Any, what: str) -> str:
-    if type(value) is not str:
-        raise DamagedRecords(f"{what} is {_shown(value)}, not a text")
-    if len(value) > MAX_TEXT:
-        raise DamagedRecords(f"{what} is longer than {MAX_TEXT} characters")
-    return value
-
-
-def _optional(inner: Check) -> Check:
-    def check(value: Any, what: str) -> Any:
-        return None if value is None else inner(value, what)
-
-    return check
-
-
-def _sequence(inner: Check, limit: int) -> Check:
-    def check(value: Any, what: str) -> tuple:
-        if type(value) is not list:
-            raise DamagedRecords(f"{what} is {_shown(value)}, not a list")
-        if len(value) > limit:
-            raise DamagedRecords(f"{what} has more than {limit} items")
-        return tuple(inner(item, f"an item of {what}") for item in value)
-
-    return check
-
-
-def _numbers(value: Any, what: str) -> tuple[float, ...]:
-    """A tensor's values: the fast path of `_sequence(_check_value, MAX_NUMBERS)`."""
-    if type(value) is not list:
-        raise DamagedRecords(f"{what} is {_shown(value)}, not a list")
-    if len(value) > MAX_NUMBERS:
-        raise DamagedRecords(f"{what} has more than {MAX_NUMBERS} items")
-    if not all(type(item) is float or type(item) is int for item in value):
-        raise DamagedRecords(f"{what} holds something other than numbers")
-    return tuple(float(item) for item in value)
-
-
-def _mapping(inner: Check, limit: int) -> Check:
-    def check(value: Any, what: str) -> dict:
-        if type(value) is not dict:
-            raise DamagedRecords(f"{what} is {_shown(value)}, not an object")
-        if len(value) > limit:
-            raise DamagedRecords(f"{what} has more than {limit} entries")
-        return {_check_text(key, f"a key of {what}"): inner(item, f"{what}[{key[:40]!r}]") for key, item in value.items()}
-
-    return check
-
-
-def _json_value(value: Any, what: str, depth: int = 0) -> Any:
-    """A free-form value: JSON's scalars, lists and objects, bounded in depth and size."""
-    if value is None or type(value) in (bool, int, float):
-        return value
-    if type(value) is str:
-        return _check_text(value, what)
-    if depth >= MAX_JSON_DEPTH:
-        raise DamagedRecords(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
-    if type(value) is list:
-        if len(value) > MAX_ITEMS:
-            raise DamagedRecords(f"{what} has more than {MAX_ITEMS} items")
-        return [_json_value(item, what, depth + 1) for item in value]
-    if type(value) is dict:
-        if len(value) > MAX_ITEMS:
-            raise DamagedRecords(f"{what} has more than {MAX_ITEMS} entries")
-        return {_check_text(key, f"a key of {what}"): _json_value(item, what, depth + 1) for key, item in value.items()}
-    raise DamagedRecords(f"{what} is {_shown(value)}, not a JSON value")
-
-
-def _shown(value: Any) -> str:
-    """A short description of a wrong value for a reason."""
-    if isinstance(value, (dict, list)):
-        return f"a {'list' if isinstance(value, list) else 'JSON object'}"
-    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
-    return text if len(text) <= 40 else text[:37] + "…"
-
-
-def _checker(hint: Any) -> Check:
-    """The check of one annotation (the types this module uses, nothing else)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is int:
-        return _check_int
-    if hint is float:
-        return _check_float
-    if hint is bool:
-        return _check_bool
-    if hint is str:
-        return _check_text
-    if hint is Value:
-        return _check_value
-    if hint is JsonValue:
-        return _json_value
-    if args and type(None) in args:
-        (inner,) = [a for a in args if a is not type(None)]
-        return _optional(_checker(inner))
-    if origin is tuple and args[1:] == (Ellipsis,):
-        if args[0] is Value:
-            return _numbers
-        return _sequence(_checker(args[0]), MAX_ITEMS)
-    if origin is dict and args[0] is str:
-        return _mapping(_checker(args[1]), MAX_ITEMS)
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _structure(hint)
-    raise TypeError(f"no check for the annotation {hint!r}")
-
-
-@functools.cache
-def _fields_of(cls: type) -> tuple[tuple[str, Check], ...]:
-    """Each field of a dataclass of this module with its check, made once per class."""
-    hints = typing.get_type_hints(cls)
-    return tuple((f.name, _checker(hints[f.name])) for f in dataclasses.fields(cls))
-
-
-def _build(cls: type, obj: dict, what: str, skip: tuple[str, ...] = ()) -> Any:
-    checks = _fields_of(cls)
-    names = {name for name, _ in checks}
-    extra = sorted(set(obj) - names - set(skip))
-    if extra:
-        raise DamagedRecords(f"{what} has a field the recorder does not write ({extra[0][:40]!r})")
-    values = {}
-    for name, check in checks:
-        if name not in obj:
-            raise DamagedRecords(f"{what} lacks its field {name!r}")
-        values[name] = check(obj[name], f"field {name!r} of {what}")
-    return cls(**values)
-
-
-def _structure(cls: type) -> Check:
-    def check(value: Any, what: str) -> Any:
-        if type(value) is not dict:
-            raise DamagedRecords(f"{what} is {_shown(value)}, not an object")
-        return _build(cls, value, what)
-
-    return check
+        return {"kind": value.kind, **typed.plain(value)}
+    return typed.plain(value)
 
 
 def parse_event(obj: Any) -> Event:
     """The event a parsed JSON line stands for; DamagedRecords when it is not one the recorder
     writes (unknown kind, missing, unexpected or ill-typed field, a bound exceeded, a header
     of another format version)."""
-    if type(obj) is not dict:
-        raise DamagedRecords(f"a record is {_shown(obj)}, not a JSON object")
-    kind = obj.get("kind")
-    cls = EVENTS.get(kind) if type(kind) is str else None
-    if cls is None:
-        raise DamagedRecords(f"unknown event kind {_shown(kind)}")
-    event = _build(cls, obj, f"a {kind!r} event", skip=("kind",))
+    try:
+        event = parse_tagged(obj, "kind", EVENTS, "event")
+    except Malformed as exc:
+        raise DamagedRecords(str(exc)) from None
     if isinstance(event, Process) and event.version != EVENTS_VERSION:
         raise DamagedRecords(f"the records are of format version {event.version}, this grader reads version {EVENTS_VERSION}")
     return event
 
 
 def parse_line(line: str | bytes) -> Event:
-    """`parse_event` of one line of an event file (DamagedRecords when it is not JSON; the
-    recorder writes ASCII only)."""
-    if isinstance(line, bytes):
-        try:
-            line = line.decode("ascii")
-        except UnicodeDecodeError:
-            raise DamagedRecords("a record holds bytes that are not ASCII text") from None
+    """`parse_event` of one line of an event file (the recorder writes ASCII JSON only)."""
     try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-        raise DamagedRecords("a record is not valid JSON") from None
+        obj = loads(line, "record")
+    except Malformed as exc:
+        raise DamagedRecords(str(exc)) from None
     return parse_event(obj)

@@ -55,7 +55,6 @@ from torch.optim import optimizer as optim_module
 from grader.probe.events import (
     EVENTS_VERSION,
     MAX_FILE_BYTES,
-    MAX_ITEMS,
     AllReduce,
     Backward,
     CommHook,
@@ -80,10 +79,10 @@ from grader.probe.events import (
     Frame,
     Raised,
     TensorInfo,
-    clip,
 )
 from grader.probe.patching import replace_in_torch
 from grader.probe.recorder import EventFile
+from grader.probe.typed import MAX_ITEMS, clip
 
 SOURCE_LINE_LIMIT = 200
 WRAPPERS = (DistributedDataParallel, DataParallel)

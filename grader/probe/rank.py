@@ -20,6 +20,8 @@ import sys
 import traceback
 from types import TracebackType
 
+from grader.probe.messages import RankConfig
+
 PROBE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
 
 
@@ -87,17 +89,17 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def run_rank(config: dict) -> None:
+def run_rank(config: RankConfig) -> None:
     """Become one rank and run the student's script; never returns."""
     code = 1
     try:
         os.environ.clear()
-        os.environ.update(config["env"])
-        os.chdir(config["cwd"])  # this is a fresh child process: its cwd is its own
-        _redirect_stdio(config["stdout"], config["stderr"])
+        os.environ.update(config.env)
+        os.chdir(config.cwd)  # this is a fresh child process: its cwd is its own
+        _redirect_stdio(config.stdout, config.stderr)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        fault_file = open(config["faults"], "w")  # noqa: SIM115 - kept open for the fault handler
+        fault_file = open(config.faults, "w")  # noqa: SIM115 - kept open for the fault handler
         faulthandler.enable(file=fault_file, all_threads=True)
         faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True)
         code = _run_script(config)
@@ -105,7 +107,7 @@ def run_rank(config: dict) -> None:
         os._exit(code)
 
 
-def _run_script(config: dict) -> int:
+def _run_script(config: RankConfig) -> int:
     import torch  # already imported by the zygote; here for the thread setting
 
     from grader.probe.events import Raised
@@ -114,29 +116,29 @@ def _run_script(config: dict) -> int:
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         torch.set_num_threads(max(int(os.environ["OMP_NUM_THREADS"]), 1))
     device_of = None
-    if config.get("virtual_gpus"):
+    if config.virtual_gpus:
         from grader.probe.virtual import install
 
-        device_of = install(int(config["virtual_gpus"])).device_of
-    script = config["script"]
+        device_of = install(config.virtual_gpus).device_of
+    script = config.script
     options = ProbeOptions(
         script=script,
-        watch_globals=tuple(config.get("watch_globals", ())),
+        watch_globals=config.watch_globals,
         values=True,
         detail_steps=2,
-        pg_timeout_s=config.get("pg_timeout_s", 120.0),
-        virtual_gpus=int(config.get("virtual_gpus") or 0),
+        pg_timeout_s=config.pg_timeout_s,
+        virtual_gpus=config.virtual_gpus,
     )
-    probe = Probe(config["observations"], options, device_of, config.get("max_observation_bytes", 8 << 20))
+    probe = Probe(config.observations, options, device_of, config.max_observation_bytes)
     probe.install()
     sys.stdout, sys.stderr = probe.tap(sys.stdout), probe.tap(sys.stderr)
-    sys.argv = [script, *config["argv"]]
+    sys.argv = [script, *config.argv]
     sys.path[0] = os.path.dirname(script)
     probe.open()
     namespace = None
     how, code = "returned", 0
     try:
-        extra = {"__grader_emit__": probe.emit} if config.get("driver") else None
+        extra = {"__grader_emit__": probe.emit} if config.driver else None
         namespace = runpy.run_path(script, init_globals=extra, run_name="__main__")
     except SystemExit as exc:
         namespace = _script_namespace(exc.__traceback__, script)
@@ -144,8 +146,8 @@ def _run_script(config: dict) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure of student code is recorded
         namespace = _script_namespace(exc.__traceback__, script)
         how, code = "exception", 130 if isinstance(exc, KeyboardInterrupt) else 1
-        probe.emit(Raised, **vars(describe_exception(exc, config["cwd"])))
-        print_student_traceback(exc, config["cwd"])
+        probe.emit(Raised, **vars(describe_exception(exc, config.cwd)))
+        print_student_traceback(exc, config.cwd)
     probe.finish(namespace, how, code)
     try:
         atexit._run_exitfuncs()

@@ -6,28 +6,43 @@ for those imports once and forks every rank from the warm interpreter; torch sta
 at import and CUDA is never touched here, so forking is safe (the same reason torchrun's
 workers could be forked).
 
-Protocol (JSON lines): the zygote prints {"event": "ready"} once warm, then for each request
-{"op": "job", "id": ..., "ranks": [rank config, ...], "hold": bool} on stdin it forks a job
-*leader* that becomes a session leader and a child subreaper. With "hold", the leader waits
-before it forks anything: the zygote prints {"event": "forked", "job", "leader"} and reads one
-more line, {"op": "go"} (the grader has moved the leader into the job's cgroup, so that every
-process of the job is born inside it) or anything else (the leader exits at once). Then the
-leader forks the ranks, and the zygote prints
-{"event": "started", "job", "pids"}, {"event": "rank_exit", "job", "rank", "status"} as each
-rank ends, and {"event": "exited", "job", "status", "leftovers"} when every rank has ended (processes a rank left behind are killed then). The zygote prints
-{"event": "leader_exit", "job", "status", "orphans"} when the leader is gone, however it ended
-(the grader kills the leader's whole session on a timeout), with the number of processes the
-job left running that the zygote killed then. Statuses are "exit:N" or "signal:N".
+Protocol (JSON lines, each message defined in grader/probe/messages.py and checked where it
+arrives): the zygote prints `ready` once warm, then for each `job` request on stdin it forks a
+job *leader* that becomes a session leader and a child subreaper. With `hold`, the leader waits
+before it forks anything: the zygote prints `forked` and reads one more line, `go` (the grader
+has moved the leader into the job's cgroup, so that every process of the job is born inside
+it) or anything else (the leader exits at once). Then the leader forks the ranks, and the
+zygote prints `started` (their pids), `rank_exit` as each rank ends, and `exited` when every
+rank has ended (processes a rank left behind are killed then). The zygote prints
+`leader_exit` when the leader is gone, however it ended (the grader kills the leader's whole
+session on a timeout), with the number of processes the job left running that the zygote
+killed then. A request it cannot read is answered with `error`.
 """
 from __future__ import annotations
 
 import ctypes
 import importlib
-import json
 import os
 import signal
 import sys
 import time
+
+from grader.probe.messages import (
+    Answer,
+    BadMessage,
+    Exited,
+    Forked,
+    Go,
+    JobRequest,
+    LauncherError,
+    LeaderExited,
+    RankExited,
+    RankPid,
+    Ready,
+    Started,
+    answer_line,
+    parse_request,
+)
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -35,9 +50,9 @@ KEYCTL_JOIN_SESSION_KEYRING = 1
 KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219}  # keyctl(2), which glibc does not wrap
 
 
-def _say(message: dict) -> None:
+def _say(answer: Answer) -> None:
     """One line on fd 1, written with a single write so lines from leaders never interleave."""
-    os.write(1, (json.dumps(message) + "\n").encode())
+    os.write(1, (answer_line(answer) + "\n").encode())
 
 
 def _status(raw: int) -> str:
@@ -108,7 +123,7 @@ def kill_children(rounds: int = 20) -> int:
     return running
 
 
-def _lead(job: dict, gate: int | None) -> None:
+def _lead(job: JobRequest, gate: int | None) -> None:
     """The job leader: wait at the `gate` (a pipe) when there is one, fork the ranks, wait for
     them, clear up what they left; never returns."""
     os.setsid()
@@ -121,20 +136,29 @@ def _lead(job: dict, gate: int | None) -> None:
     from grader.probe.rank import run_rank
 
     pids = {}
-    for config in job["ranks"]:
+    for config in job.ranks:
         pid = os.fork()
         if pid == 0:
             run_rank(config)
-        pids[pid] = config["rank"]
-    _say({"event": "started", "job": job["id"], "leader": os.getpid(), "pids": {str(rank): pid for pid, rank in pids.items()}})
+        pids[pid] = config.rank
+    _say(Started(job=job.id, leader=os.getpid(), pids=tuple(RankPid(rank, pid) for pid, rank in pids.items())))
     status = {}
     while len(status) < len(pids):
         pid, raw = os.waitpid(-1, 0)
         if pid in pids:
             status[str(pids[pid])] = _status(raw)
-            _say({"event": "rank_exit", "job": job["id"], "rank": pids[pid], "status": status[str(pids[pid])]})
-    _say({"event": "exited", "job": job["id"], "status": status, "leftovers": kill_children()})
+            _say(RankExited(job=job.id, rank=pids[pid], status=status[str(pids[pid])]))
+    _say(Exited(job=job.id, status=status, leftovers=kill_children()))
     os._exit(0)
+
+
+def _opens_the_gate(line: str) -> bool:
+    """Whether the grader's answer to `forked` is `go` (anything else keeps the gate shut)."""
+    try:
+        return bool(line) and isinstance(parse_request(line), Go)
+    except BadMessage as exc:
+        _say(LauncherError(message=f"the answer to a held job could not be read: {exc}"))
+        return False
 
 
 def main(argv: list[str]) -> int:
@@ -146,15 +170,19 @@ def main(argv: list[str]) -> int:
     # not dumpable: processes of the same uid (the ranks) cannot open /proc/<pid>/fd of this
     # process or its forks, so they cannot write into the grader's pipe; forked ranks inherit it
     _prctl(PR_SET_DUMPABLE, 0)
-    _say({"event": "ready", "pid": os.getpid()})
+    _say(Ready(pid=os.getpid()))
     while line := sys.stdin.readline():
-        request = json.loads(line)
-        if request.get("op") != "job":
-            _say({"event": "error", "message": f"unknown request {request.get('op')!r}"})
+        try:
+            request = parse_request(line)
+        except BadMessage as exc:
+            _say(LauncherError(message=f"a request could not be read: {exc}"))
+            continue
+        if not isinstance(request, JobRequest):
+            _say(LauncherError(message=f"a {request.op!r} request came without a job waiting for it"))
             continue
         sys.stdout.flush()
         sys.stderr.flush()
-        gate, opener = os.pipe() if request.get("hold") else (None, None)
+        gate, opener = os.pipe() if request.hold else (None, None)
         leader = os.fork()
         if leader == 0:
             try:
@@ -165,13 +193,12 @@ def main(argv: list[str]) -> int:
                 os._exit(70)
         if opener is not None:
             os.close(gate)
-            _say({"event": "forked", "job": request["id"], "leader": leader})
-            answer = sys.stdin.readline()
-            if answer and json.loads(answer).get("op") == "go":
+            _say(Forked(job=request.id, leader=leader))
+            if _opens_the_gate(sys.stdin.readline()):
                 os.write(opener, b"g")
             os.close(opener)
         _, raw = os.waitpid(leader, 0)
-        _say({"event": "leader_exit", "job": request["id"], "status": _status(raw), "orphans": kill_children()})
+        _say(LeaderExited(job=request.id, status=_status(raw), orphans=kill_children()))
     return 0
 
 

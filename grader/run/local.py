@@ -30,7 +30,6 @@ side while each job runs.
 """
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -42,6 +41,24 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.probe.messages import (
+    Abort,
+    Answer,
+    BadMessage,
+    Exited,
+    Forked,
+    Go,
+    JobRequest,
+    LauncherError,
+    LeaderExited,
+    RankConfig,
+    RankExited,
+    Ready,
+    Request,
+    Started,
+    parse_answer,
+    request_line,
+)
 from grader.probe.zygote import children_of
 from grader.run import procs
 from grader.run.cgroups import Caps, Cgroups, JobGroup, Usage, open_cgroups
@@ -104,13 +121,14 @@ class _Zygote:
         self._buffer = b""
         self.ready = False
 
-    def send(self, message: dict) -> None:
+    def send(self, request: Request) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.write((request_line(request) + "\n").encode())
         self.proc.stdin.flush()
 
-    def next_event(self, deadline: float) -> dict | None:
-        """The next event line, or None at the deadline or when the zygote is gone."""
+    def next_event(self, deadline: float) -> Answer | None:
+        """The next answer, or None at the deadline or when the zygote is gone. A line that is
+        not an answer is a LauncherError that says so."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
@@ -126,16 +144,16 @@ class _Zygote:
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
-            return json.loads(line)
-        except (ValueError, RecursionError):
-            return {"event": "garbage", "line": line[:200].decode(errors="replace")}
+            return parse_answer(line)
+        except BadMessage as exc:
+            return LauncherError(message=f"the rank launcher sent something that is not an answer ({exc})")
 
     def wait_ready(self, timeout_s: float) -> str | None:
         """None when warm, else why not."""
         if self.ready:
             return None
         event = self.next_event(time.monotonic() + timeout_s)
-        if event and event.get("event") == "ready":
+        if isinstance(event, Ready):
             self.ready = True
             return None
         tail = read_text_tail(self.log, 2000)
@@ -309,7 +327,7 @@ class LocalRunner:
                 os.close(handle)
         return job_dir, notes
 
-    def _rank_configs(self, job: JobSpec, job_dir: Path, token: str) -> list[dict]:
+    def _rank_configs(self, job: JobSpec, job_dir: Path, token: str) -> tuple[RankConfig, ...]:
         work = job_dir / "work"
         port = procs.free_port()
         base = {
@@ -326,24 +344,24 @@ class LocalRunner:
         for rank in range(job.layout.world_size):
             folder = job_dir / f"rank{rank}"
             configs.append(
-                {
-                    "rank": rank,
-                    "script": str(work / job.script),
-                    "argv": list(job.argv),
-                    "cwd": str(work),
-                    "env": {**base, **rank_environment(job.layout, rank, port, token[:12])},
-                    "stdout": str(folder / "stdout"),
-                    "stderr": str(folder / "stderr"),
-                    "faults": str(folder / "faults"),
-                    "observations": str(folder / "observations.jsonl"),
-                    "watch_globals": list(job.watch_globals),
-                    "virtual_gpus": job.virtual_gpus,
-                    "driver": job.driver,
-                    "pg_timeout_s": job.timeout_s + 30,
-                    "max_observation_bytes": self.options.observation_bytes,
-                }
+                RankConfig(
+                    rank=rank,
+                    script=str(work / job.script),
+                    argv=tuple(job.argv),
+                    cwd=str(work),
+                    env={**base, **rank_environment(job.layout, rank, port, token[:12])},
+                    stdout=str(folder / "stdout"),
+                    stderr=str(folder / "stderr"),
+                    faults=str(folder / "faults"),
+                    observations=str(folder / "observations.jsonl"),
+                    watch_globals=tuple(job.watch_globals),
+                    virtual_gpus=job.virtual_gpus,
+                    driver=job.driver,
+                    pg_timeout_s=float(job.timeout_s + 30),
+                    max_observation_bytes=self.options.observation_bytes,
+                )
             )
-        return configs
+        return tuple(configs)
 
     def run(self, job: JobSpec) -> JobResult:
         """Run `job`; infrastructure trouble is reported in `JobResult.error`, never raised."""
@@ -383,9 +401,10 @@ class LocalRunner:
             sampler.start()
         started = time.monotonic()
         deadline = started + job.timeout_s
-        zygote.send({"op": "job", "id": job.name, "ranks": self._rank_configs(job, job_dir, token), "hold": group is not None})
+        zygote.send(JobRequest(id=job.name, ranks=self._rank_configs(job, job_dir, token), hold=group is not None))
         pids: dict[int, int] = {}
         leader = 0
+        forked = refused = False  # a leader exists; the launcher refused the job before any
         status: dict[int, str] = {}
         leftovers = 0
         leader_gone = False
@@ -398,21 +417,26 @@ class LocalRunner:
                     break
                 timed_out = True
                 break
-            kind = event.get("event")
-            if kind == "forked" and group is not None:
-                error = self._admit(zygote, int(event["leader"]), group)
+            if isinstance(event, Forked) and group is not None:
+                forked = True
+                error = self._admit(zygote, event.leader, group)
                 if error:
                     break
-            elif kind == "started":
-                pids = {int(rank): pid for rank, pid in event["pids"].items()}
-                leader = int(event["leader"])
-            elif kind == "rank_exit":
-                status[int(event["rank"])] = event["status"]
-            elif kind == "exited":
-                leftovers = int(event.get("leftovers", 0))
-            elif kind == "leader_exit":
-                leftovers += int(event.get("orphans", 0))
+            elif isinstance(event, Started):
+                pids = {entry.rank: entry.pid for entry in event.pids}
+                leader = event.leader
+                forked = True
+            elif isinstance(event, RankExited):
+                status[event.rank] = event.status
+            elif isinstance(event, Exited):
+                leftovers = event.leftovers
+            elif isinstance(event, LeaderExited):
+                leftovers += event.orphans
                 leader_gone = True
+                break
+            elif isinstance(event, LauncherError):
+                error = f"the rank launcher could not run the job: {event.message}"
+                refused = not forked
                 break
         wall = time.monotonic() - started
         if timed_out:
@@ -430,7 +454,7 @@ class LocalRunner:
             killed = group.kill(self.options.kill_wait_s)
             running = 1 + len([rank for rank in pids if rank not in status]) if timed_out else 0  # the leader and the stuck ranks
             stray = max(0, killed - running)
-        if timed_out or error:
+        if (timed_out or error) and not refused:
             leader_gone, orphans = self._await_leader(zygote, job.name)
             leftovers += orphans
         stray += procs.kill_by_env(TOKEN_VARIABLE, token, self.options.kill_wait_s)
@@ -461,9 +485,9 @@ class LocalRunner:
                 raise OSError(f"the leader's pid {leader} was not found on the host")
             group.add(host)
         except OSError as exc:
-            zygote.send({"op": "abort"})
+            zygote.send(Abort())
             return f"the job could not be put into its cgroup: {exc}"
-        zygote.send({"op": "go"})
+        zygote.send(Go())
         return None
 
     def _caps_hit(self, usage: Usage | None, domain: _Domain) -> tuple[str, ...]:
@@ -481,8 +505,8 @@ class LocalRunner:
             event = zygote.next_event(deadline)
             if event is None:
                 return False, 0
-            if event.get("event") == "leader_exit" and event.get("job") == name:
-                return True, int(event.get("orphans", 0))
+            if isinstance(event, LeaderExited) and event.job == name:
+                return True, event.orphans
 
     def _dump_stacks(self, pids: dict[int, int], status: dict[int, str], job_dir: Path) -> None:
         """Ask every live rank for its stack and wait until the dumps stop growing."""

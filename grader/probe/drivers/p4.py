@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from grader.probe.drivers.notebook import Emit, run_cells
-from grader.probe.events import MAX_TEXT, Answers, DpCase, Mp
+from grader.probe.events import Answers, DpCase, Mp
 from grader.probe.observers import describe_exception
+from grader.probe.typed import MAX_TEXT
 
 CELLS_FILE = "cells.json"
 FIXED_CASES = ((64, 2), (64, 3), (10, 4), (6, 4))  # (batch, chunks): even, uneven, fewer chunks

@@ -1,0 +1,179 @@
+"""The messages between the grader (grader/run/local.py), its rank launcher (the zygote,
+grader/probe/zygote.py) and the ranks (grader/probe/rank.py), defined once; standard library
+only. Each is a JSON line (grader.probe.typed), checked where it arrives: a message that is
+not one of these raises BadMessage with a one-sentence reason, never a KeyError.
+
+Requests, grader to launcher ("op"): `job` (the ranks to start, each with its RankConfig;
+with `hold`, the leader waits at a gate), then for a held job `go` or `abort`.
+Answers, launcher to grader ("event"): `ready` once warm; per job `forked` (a held job's
+leader), `started` (the ranks' pids), `rank_exit` per rank, `exited` (every rank ended) and
+`leader_exit` (the leader is gone, however it ended); `error` for a request it could not read.
+Statuses are "exit:N" or "signal:N".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Union, cast
+
+from grader.probe.typed import Malformed, dumps, loads, parse_tagged
+
+
+class BadMessage(Malformed):
+    """A message is not one the grader, the launcher or the rank writes."""
+
+
+@dataclass(frozen=True)
+class RankConfig:
+    """What one rank is told: the script to run, as whom, where its files go, and what the
+    recorder takes."""
+
+    rank: int
+    script: str  # its path in the job's working folder
+    argv: tuple[str, ...]
+    cwd: str
+    env: dict[str, str]  # the whole environment (torchrun's variables among it)
+    stdout: str
+    stderr: str
+    faults: str  # the fault handler's dump (stacks on SIGUSR1 and on a crash)
+    observations: str  # the recorder's event file
+    watch_globals: tuple[str, ...]
+    virtual_gpus: int
+    driver: bool  # the script is a grader driver: it gets the recorder's emit
+    pg_timeout_s: float  # the process groups' timeout where the script gives none
+    max_observation_bytes: int
+
+
+# ------------------------------------------------------------------ requests
+@dataclass(frozen=True)
+class JobRequest:
+    """Start a job's ranks (held at a gate until `go` with `hold`)."""
+
+    op: ClassVar[str] = "job"
+    id: str
+    ranks: tuple[RankConfig, ...]
+    hold: bool
+
+
+@dataclass(frozen=True)
+class Go:
+    """Open a held job's gate: its leader was moved into the job's cgroup."""
+
+    op: ClassVar[str] = "go"
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Do not start a held job: its leader exits at once."""
+
+    op: ClassVar[str] = "abort"
+
+
+Request = Union[JobRequest, Go, Abort]
+REQUESTS: dict[str, type] = {cls.op: cls for cls in (JobRequest, Go, Abort)}
+
+
+# ------------------------------------------------------------------ answers
+@dataclass(frozen=True)
+class RankPid:
+    """A rank and the pid it runs as (inside the sandbox's pid namespace)."""
+
+    rank: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The launcher is warm."""
+
+    event: ClassVar[str] = "ready"
+    pid: int
+
+
+@dataclass(frozen=True)
+class LauncherError:
+    """The launcher could not read a request (the grader also reads an answer it cannot
+    read as one)."""
+
+    event: ClassVar[str] = "error"
+    message: str
+
+
+@dataclass(frozen=True)
+class Forked:
+    """A held job's leader exists and waits at its gate."""
+
+    event: ClassVar[str] = "forked"
+    job: str
+    leader: int
+
+
+@dataclass(frozen=True)
+class Started:
+    """The job's ranks were forked."""
+
+    event: ClassVar[str] = "started"
+    job: str
+    leader: int
+    pids: tuple[RankPid, ...]
+
+
+@dataclass(frozen=True)
+class RankExited:
+    """One rank ended."""
+
+    event: ClassVar[str] = "rank_exit"
+    job: str
+    rank: int
+    status: str
+
+
+@dataclass(frozen=True)
+class Exited:
+    """Every rank ended; `leftovers` processes they left behind were killed."""
+
+    event: ClassVar[str] = "exited"
+    job: str
+    status: dict[str, str]
+    leftovers: int
+
+
+@dataclass(frozen=True)
+class LeaderExited:
+    """The job's leader is gone; `orphans` processes the job left were killed then."""
+
+    event: ClassVar[str] = "leader_exit"
+    job: str
+    status: str
+    orphans: int
+
+
+Answer = Union[Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited]
+ANSWERS: dict[str, type] = {cls.event: cls for cls in (Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited)}
+
+
+# ------------------------------------------------------------------ lines
+def request_line(request: Request) -> str:
+    """The line (without its newline) of a request."""
+    return dumps(request, "op", request.op)
+
+
+def answer_line(answer: Answer) -> str:
+    """The line (without its newline) of an answer."""
+    return dumps(answer, "event", answer.event)
+
+
+def _parse(line: str | bytes, tag_key: str, classes: dict[str, type], noun: str) -> object:
+    try:
+        return parse_tagged(loads(line, noun), tag_key, classes, noun)
+    except Malformed as exc:
+        raise BadMessage(str(exc)) from None
+
+
+def parse_request(line: str | bytes) -> Request:
+    """The request a line holds; BadMessage when it is not one."""
+    return cast(Request, _parse(line, "op", REQUESTS, "request"))
+
+
+def parse_answer(line: str | bytes) -> Answer:
+    """The answer a line holds; BadMessage when it is not one."""
+    return cast(Answer, _parse(line, "event", ANSWERS, "answer"))
