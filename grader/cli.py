@@ -28,6 +28,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence, TextIO
@@ -40,6 +41,7 @@ from grader.course import Course, CourseError, Practical, find_course_root, load
 from grader.collect import collect, parse_time, write_answers, write_grades
 from grader.grade.pipeline import GradeOptions
 from grader.results.escape import terminal_line
+from grader.observe.views import write_views
 from grader.results.gradescope import read_document, read_scores, write_results
 from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
@@ -103,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     c = commands.add_parser("check", help="self-check: the public checks on your own work")
     c.add_argument("practical", help="practical id, e.g. p6")
     c.add_argument("dir", nargs="?", type=Path, help="folder with your files (default: assignments/PRACTICAL)")
-    c.add_argument("--results", type=Path, help="also write results.json here")
+    c.add_argument("--results", type=Path, help="also write results.json here (and what your runs did beside it; without it, that goes to a new temporary folder)")
     grading_options(c)
 
     commands.add_parser("list", help="practicals with their checks, points and visibility")
@@ -217,7 +219,10 @@ def _options(args: argparse.Namespace, public_only: bool) -> GradeOptions:
     )
 
 
-def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None) -> int:
+def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None, views: Path | None = None) -> int:
+    """Write the views (beside `results`, else into `views`) and the results file; print the table."""
+    if results is not None or views is not None:
+        report = write_views(report, results if results is not None else views / "results.json")
     if results is not None:
         write_results(report, results)
     if markdown_path is not None:
@@ -241,7 +246,8 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
         report = GradingReport.failure(args.practical, str(exc), execution_time_s=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - the results file must exist even then
         report = GradingReport.failure(args.practical, f"internal error: {type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started)
-    return _emit(report, args.results, args.markdown)
+    views = None if args.results is not None or not public_only else Path(tempfile.mkdtemp(prefix="pdl-check-"))
+    return _emit(report, args.results, args.markdown, views)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -206,6 +206,13 @@ def test_dataparallel_replicas_get_one_lane_per_device_in_device_order_and_no_al
     assert [lane.label for lane in lanes(with_reduce, "rank 0")] == ["rank 0", "all-reduce"]
 
 
+def test_a_rank_of_several_that_never_all_reduced_gets_an_empty_lane_that_says_so() -> None:
+    """What a student whose gradients are never synchronised sees in the timeline of a graded run."""
+    alone = process(1, span("forward", 0.0, 0.1, role="model", label="Net", call=1), span("backward", 0.1, 0.3), world_size=2)
+    assert [(lane.label, lane.spans.get("allreduce")) for lane in lanes(alone, "rank 1")][1:] == [("all-reduce: none recorded", [])]
+    assert [lane.label for lane in lanes(process(0, span("backward", 0.0, 1.0), world_size=1), "rank 0")] == ["rank 0"]
+
+
 def test_model_stages_get_one_lane_each_in_the_order_of_their_first_call() -> None:
     events = [span("forward", 0.0, 0.3, role="model", label="Net", call=1, inputs=inputs([8, 4], "cpu"))]
     for micro in range(2):  # a pipeline of two micro-batches: stage 2 of the first runs with stage 1 of the second
@@ -228,7 +235,7 @@ def test_two_spawn_groups_with_the_same_ranks_get_distinct_labels_and_stay_toget
         "spawn 2 · rank 1 · pid 12",
         "spawn 1 · rank 1 · pid 22",
     ]
-    assert [lane.label for lane in timeline_lanes(processes).lanes] == [
+    assert [lane.label for lane in timeline_lanes(processes).lanes if lane.main] == [
         "spawn 1 · rank 0 · pid 21",
         "spawn 1 · rank 1 · pid 22",
         "spawn 2 · rank 0 · pid 11",
@@ -259,7 +266,7 @@ def test_a_one_millisecond_span_on_a_seventeen_second_axis_is_still_drawn() -> N
 def test_hundreds_of_processes_are_cut_to_the_lanes_that_fit_and_counted() -> None:
     many = [spawned(rank, 1000 + rank, 1, 0.0) for rank in range(300)]
     timeline = timeline_lanes(many)
-    assert len(timeline.lanes) == MAX_LANES and timeline.processes_not_drawn == 300 - MAX_LANES
+    assert len(timeline.lanes) == MAX_LANES and timeline.processes_not_drawn == 300 - MAX_LANES // 2  # each: main and an empty all-reduce lane
     wide = dataparallel_process(devices=8)
     cut = timeline_lanes([wide, dataparallel_process(devices=1)], max_lanes=4)
     assert (len(cut.lanes), cut.lanes_not_drawn, cut.processes_not_drawn) == (4, 5, 1)

@@ -46,11 +46,26 @@ def test_reference_solution_gets_full_marks_on_every_layout(tmp_path: Path) -> N
     assert "3 × 21 rows; 1 left over and dropped" in checks["batch_shard"]["output"]
     assert checks["grad_sync"]["extra_data"]["allreduce_per_step"]["ws2"] == [1, 1, 1]
     assert "Score: 20 / 20" in done.stdout
+    assert_views_beside(tmp_path / "R.json", results, done.stdout, {"ws1", "ws2", "ws3", "ws4", "2x2"})
+    assert "all-reduce    DDP gradient buckets: 1 per step" in (tmp_path / "R-runs" / "ws2" / "report.txt").read_text()
+
+
+def assert_views_beside(results_path: Path, results: dict, stdout: str, runs: set[str]) -> None:
+    """The grading left each run's report, timeline PNG and trace beside results.json, named
+    in it (extra_data.runs[].views, and the output) and on the console."""
+    named = {run["name"]: run.get("views", []) for run in results["extra_data"]["runs"]}
+    assert {name for name, views in named.items() if views} == runs, named
+    for name in runs:
+        assert named[name] == [f"{results_path.stem}-runs/{name}/{file}" for file in ("report.txt", "timeline.png", "trace.json")]
+        assert (results_path.parent / named[name][1]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"{results_path.stem}-runs/{name}/" in results["output"] and f"{results_path.stem}-runs/{name}/" in stdout
 
 
 def test_untouched_template_gets_zero_with_one_line_per_check(tmp_path: Path) -> None:
-    _, results = grade_with_cli("assignments/p6", tmp_path / "T.json")
+    done, results = grade_with_cli("assignments/p6", tmp_path / "T.json")
     assert results["score"] == 0
+    assert_views_beside(tmp_path / "T.json", results, done.stdout, {"ws1", "ws2", "ws3", "ws4", "2x2"})
+    assert "uncaught NotImplementedError: TODO 1: initialise the process group" in (tmp_path / "T-runs" / "ws1" / "report.txt").read_text()
     checks = checks_by_id(results)
     assert checks["efficiency"]["status"] == "failed"
     assert checks["efficiency"]["output"].startswith("timed: your script could not be timed: the script stops at TODO 1")

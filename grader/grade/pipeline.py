@@ -242,7 +242,7 @@ def _summaries(results: dict[str, JobResult]) -> tuple[RunSummary, ...]:
             for rank in culprits[:1] or [r for r in run.ranks if r.stderr_tail.strip()][:1]:
                 tail = rank.stderr_tail.strip().splitlines()[-15:]
                 output = "\n".join([f"rank {rank.rank} stderr (last lines):", *tail]) if tail else ""
-        summaries.append(RunSummary(name=name, layout=run.spec.describe(), wall_s=run.wall_s, outcome=outcome or "ok", output=output, telemetry=run.telemetry))
+        summaries.append(RunSummary(name=name, layout=run.spec.describe(), wall_s=run.wall_s, outcome=outcome or "ok", output=output, telemetry=run.telemetry, records=tuple(rank.record for rank in run.ranks)))
     return tuple(summaries)
 
 

@@ -66,7 +66,8 @@ def _stage_lane_label(event: dict) -> str:
 def lanes(process: ObservedProcess, label: str, position: int = 0) -> list[Lane]:
     """The lanes of one process: main (outermost forwards, backward, optimizer, and idle over
     its active window), one per replica device, one per stage (in order of first call), and
-    all-reduce (only where there is one)."""
+    all-reduce (where there is one, or where the process is one rank of several: then empty,
+    and its label says so)."""
     main: dict[str, list[tuple[float, float]]] = {kind: [] for kind in ("idle", "forward", "backward", "optimizer")}
     replicas: dict[str, list[tuple[float, float]]] = {}
     stages: dict[str, list[tuple[float, float]]] = {}
@@ -91,6 +92,8 @@ def lanes(process: ObservedProcess, label: str, position: int = 0) -> list[Lane]
     found += [Lane(name, position, spans={"forward": spans}) for name, spans in stages.items()]
     if reduces:
         found.append(Lane("all-reduce", position, spans={"allreduce": reduces}))
+    elif (process.world_size or 1) > 1:  # a rank of several that never all-reduced: say so
+        found.append(Lane("all-reduce: none recorded", position, spans={"allreduce": []}))
     return found
 
 

@@ -57,6 +57,8 @@ def _run(run: RunSummary) -> dict[str, Any]:
         "wall_s": round(run.wall_s, 3),
         "outcome": _text(run.outcome),
     }
+    if run.views:
+        entry["views"] = [terminal_line(path) for path in run.views]
     if run.telemetry:
         entry["gpu_telemetry"] = json_safe(dict(run.telemetry), max_total=DATA_CHARS)
     return entry

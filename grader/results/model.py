@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
+from grader.run.records import ProcessRecord
+
 
 class Status(str, Enum):
     PASSED = "passed"
@@ -46,6 +48,9 @@ class RunSummary:
     outcome: str  # "ok" or the root cause of its failure
     output: str = ""  # what a student needs from the ranks' stdout/stderr
     telemetry: Mapping[str, Any] | None = None  # per-GPU memory and utilisation the grader sampled
+    records: tuple[ProcessRecord, ...] = field(default=(), compare=False, repr=False)  # what each rank recorded: for its views, never written out
+    views: tuple[str, ...] = ()  # its report, timeline and trace, as paths relative to the results file's folder
+    view_text: str = ""  # the text of its report (what its ranks recorded), when one was written
 
 
 @dataclass(frozen=True)

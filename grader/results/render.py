@@ -34,6 +34,31 @@ def _environment_line(report: GradingReport) -> str:
     return ", ".join(parts)
 
 
+VIEW_LINES = 60  # of a run's report shown in the overview
+
+
+def views_line(report: GradingReport) -> str | None:
+    """One line naming what the grading wrote beside the results file: each shown run's
+    report, timeline and trace (raw paths; each writer escapes them its own way)."""
+    shown = [run for run in report.runs if run.views]
+    if not shown:
+        return None
+    folders = [run.views[0].rsplit("/", 1)[0] + "/" for run in shown]
+    names = ", ".join(dict.fromkeys(path.rsplit("/", 1)[-1] for run in shown for path in run.views))
+    return f"What your graded runs did, beside the results file: {', '.join(folders)} (each: {names})"
+
+
+def _view_lines(report: GradingReport) -> list[str]:
+    """The report of the first failed run that has one (else of the first run with one), capped."""
+    shown = [run for run in report.runs if run.view_text]
+    if not shown:
+        return []
+    run = next((r for r in shown if r.outcome != "ok"), shown[0])
+    text = run.view_text.splitlines()
+    cut = [f"… {len(text) - VIEW_LINES} more lines in {run.views[0]}"] if len(text) > VIEW_LINES and run.views else []
+    return ["", terminal_line(views_line(report) or ""), *terminal_block("\n".join(text[:VIEW_LINES] + cut), "  ")]
+
+
 def _heading(report: GradingReport) -> str:
     return f"{terminal_line(report.practical)}: {terminal_line(report.title)}"
 
@@ -59,6 +84,7 @@ def overview_text(report: GradingReport) -> str:
             lines += terminal_block(run.output, "    | ")
             if run.telemetry:
                 lines += terminal_block(describe_telemetry(dict(run.telemetry)), "    ")
+    lines += _view_lines(report)
     return "\n".join(lines)
 
 
@@ -88,6 +114,9 @@ def console_table(report: GradingReport, width: int = 100) -> str:
         for run in troubled:
             lines.append(f"  {terminal_line(run.name)} ({terminal_line(run.layout)}): {terminal_line(run.outcome)}")
             lines += terminal_block(run.output, "    | ")
+    views = views_line(report)
+    if views:
+        lines += ["", terminal_line(views)]
     return "\n".join(lines)
 
 
@@ -107,4 +136,7 @@ def markdown(report: GradingReport) -> str:
         for check in failing:
             lines += [f"**{check.number}. {markdown_inline(check.title)}**", "", markdown_block(check.feedback)]
         lines += ["", "</details>"]
+    views = views_line(report)
+    if views:
+        lines += ["", markdown_inline(views)]
     return "\n".join(lines) + "\n"

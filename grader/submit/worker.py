@@ -19,6 +19,7 @@ from grader import __version__
 from grader.course import Course, load_practical
 from grader.grade.pipeline import GradeOptions
 from grader.grade.session import grade_folder
+from grader.observe.views import write_views
 from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport
 from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, remove_tree
@@ -197,6 +198,7 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
         submission.note(f"the grader failed ({report.error[:200]}); to be retried")
         queue.save(submission)
         return f"grader failure, retry {submission.attempts} of {MAX_ATTEMPTS - 1}"
+    report = write_views(report, store.path_for(submission.student, submission.practical, submission.commit))
     store.save(to_gradescope(report), provenance(submission, course, report))
     queue.remove(key)
     if report.error:
