@@ -20,7 +20,8 @@ they hold explains a verdict, it is never trusted more than that.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping, TypeVar
 
 from grader.probe import typed
 from grader.probe.typed import JsonValue, Malformed, Value, dumps, loads, parse_tagged
@@ -349,13 +350,13 @@ class Answers(Event):
     values: dict[str, JsonValue]
 
 
-EVENTS: dict[str, type[Event]] = {
+EVENTS: Mapping[str, type[Event]] = MappingProxyType({
     cls.kind: cls
     for cls in (
         Process, InitPgCall, InitPg, DestroyPg, Ddp, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
         AllReduce, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
     )
-}
+})
 E = TypeVar("E", bound=Event)
 
 

@@ -13,7 +13,8 @@ Statuses are "exit:N" or "signal:N".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Union, cast
+from types import MappingProxyType
+from typing import ClassVar, Mapping, Union, cast
 
 from grader.probe.typed import Malformed, dumps, loads, parse_tagged
 
@@ -69,7 +70,7 @@ class Abort:
 
 
 Request = Union[JobRequest, Go, Abort]
-REQUESTS: dict[str, type] = {cls.op: cls for cls in (JobRequest, Go, Abort)}
+REQUESTS: Mapping[str, type] = MappingProxyType({cls.op: cls for cls in (JobRequest, Go, Abort)})
 
 
 # ------------------------------------------------------------------ answers
@@ -148,7 +149,7 @@ class LeaderExited:
 
 
 Answer = Union[Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited]
-ANSWERS: dict[str, type] = {cls.event: cls for cls in (Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited)}
+ANSWERS: Mapping[str, type] = MappingProxyType({cls.event: cls for cls in (Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited)})
 
 
 # ------------------------------------------------------------------ lines
@@ -162,7 +163,7 @@ def answer_line(answer: Answer) -> str:
     return dumps(answer, "event", answer.event)
 
 
-def _parse(line: str | bytes, tag_key: str, classes: dict[str, type], noun: str) -> object:
+def _parse(line: str | bytes, tag_key: str, classes: Mapping[str, type], noun: str) -> object:
     try:
         return parse_tagged(loads(line, noun), tag_key, classes, noun)
     except Malformed as exc:

@@ -145,6 +145,12 @@ def wrapped_label(module: torch.nn.Module) -> str:
     return name
 
 
+def _is_replica(module: torch.nn.Module) -> bool:
+    """Whether torch's replicate() made this module (a DataParallel replica's): it sets the
+    attribute on the instance (read from its __dict__: nn.Module's __getattr__ is slow to fail)."""
+    return bool(vars(module).get("_is_replica", False))
+
+
 class _Frame:
     """One running module call in a thread's call stack: its event's fields and start, if
     it is recorded."""
@@ -271,8 +277,10 @@ class Probe:
 
     def describe(self, value: Any) -> Any:
         """A small JSON value describing a value from the script's namespace."""
-        if isinstance(value, (bool, int, float, str)) or value is None:
-            return clip(value) if isinstance(value, str) else value
+        if value is None or isinstance(value, (bool, float)) or (isinstance(value, int) and abs(value) < 1 << 63):
+            return value
+        if isinstance(value, str):
+            return clip(value)
         if isinstance(value, torch.device):
             return str(value)
         if isinstance(value, torch.Tensor):
@@ -453,8 +461,8 @@ class Probe:
 
     def _classify(self, module: torch.nn.Module, stack: list[_Frame]) -> dict | None:
         """Role, label and call of a call worth showing (a model, a replica or a stage), else None."""
-        if getattr(module, "_is_replica", False):  # replicate() marks every module of a replica: only its root counts
-            inside = bool(stack) and getattr(stack[-1].module, "_is_replica", False)
+        if _is_replica(module):  # replicate() marks every module of a replica: only its root counts
+            inside = bool(stack) and _is_replica(stack[-1].module)
             return None if inside else {"role": "replica", "label": type(module).__name__, "call": self._open_call}
         if not stack:
             if next(module.parameters(), None) is None:
@@ -464,7 +472,7 @@ class Probe:
             self._first_sight(module)
             return {"role": "model", "label": wrapped_label(module), "call": self._calls}
         parent = stack[-1].module
-        if getattr(parent, "_is_replica", False) or isinstance(parent, WRAPPERS) or len(self._devices_of(parent)) < 2:
+        if _is_replica(parent) or isinstance(parent, WRAPPERS) or len(self._devices_of(parent)) < 2:
             return None
         devices = self._devices_of(module)
         name = next((n for n, child in parent.named_children() if child is module), type(module).__name__)
@@ -504,7 +512,7 @@ class Probe:
             "depth": len(stack),
             "call": shown["call"] if shown else self._open_call,
             "has_params": has_params,
-            "replica": bool(getattr(module, "_is_replica", False)),
+            "replica": _is_replica(module),
             "inputs": self.inputs(args),
             "devices": devices,
         }

@@ -52,13 +52,16 @@ def _part(value: Any) -> dict:
     raise TypeError(f"{type(value).__name__} cannot be written")
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_part)  # made once: the recorder writes an event per module call
+
+
 def dumps(record: Any, tag_key: str, tag: str) -> str:
     """The JSON line (without its newline) of a dataclass instance, tagged `tag_key`: `tag`.
     Non-finite floats are written as NaN and Infinity, which json.loads reads back."""
     fields = {tag_key: tag}
     for name in field_names(type(record)):
         fields[name] = getattr(record, name)
-    return json.dumps(fields, separators=(",", ":"), default=_part)
+    return _ENCODER.encode(fields)
 
 
 def plain(value: Any) -> Any:
