@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,9 +90,12 @@ def retried(launch: Callable[[], float], failures: list[str]) -> float:
         return launch()
 
 
-def grade(practical: str, results: Path, *extra: str) -> tuple[float, dict]:
+def grade(practical: str, results: Path, *extra: str, tree: Path = ROOT) -> tuple[float, dict]:
+    """Grade the reference solution of `practical` with the grader of `tree` (this checkout, or
+    an earlier commit's worktree); the wall time and the results."""
     started = time.perf_counter()
-    done = subprocess.run([PYTHON, "-m", "grader", "grade", practical, f"solutions/{practical}", "--results", str(results), *extra], cwd=ROOT, capture_output=True, text=True)
+    command = [PYTHON, "-m", "grader", "grade", practical, f"solutions/{practical}", "--results", str(results), *extra]
+    done = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"grading {practical} failed:\n{done.stdout[-3000:]}{done.stderr[-2000:]}")
@@ -173,14 +177,39 @@ def gpu_section(work: Path) -> list[str]:
     return lines
 
 
+def compare_with(revision: str, work: Path, repeats: int) -> list[str]:
+    """A graded p6 (the reference solution, sandboxed, timed) with the grader of `revision`
+    and with this checkout's, alternating: the Markdown section that compares them."""
+    tree = work / "before"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), revision], cwd=ROOT, check=True, capture_output=True)
+    try:
+        times: dict[str, list[float]] = {"before": [], "now": []}
+        for repeat in range(repeats):
+            times["before"].append(grade("p6", work / "before.json", "--seed", str(2000 + repeat), tree=tree)[0])
+            times["now"].append(grade("p6", work / "now.json", "--seed", str(2000 + repeat))[0])
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", revision], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    low, now = min(times["before"]), min(times["now"])
+    return [
+        f"## A graded p6 before and after (the grader of {commit} against this checkout's)",
+        "",
+        f"`grade p6 solutions/p6`, sandboxed and timed, alternating, the minimum of {repeats}: before {low:.1f} s, now {now:.1f} s: **{now / low:.2f}×** "
+        f"(medians {statistics.median(times['before']):.1f} s and {statistics.median(times['now']):.1f} s).",
+        "",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2, help="repeats of the latency/overhead comparison (the minimum counts)")
     parser.add_argument("--false-fail-runs", type=int, default=20)
     parser.add_argument("--false-fail-practicals", default="p6,p10")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    parser.add_argument("--before", metavar="REV", help="also grade p6 with the grader of this commit, alternating with this checkout's (the cost of a change)")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+    before = compare_with(options.before, work, options.repeat + 1) if options.before else []
     course = load_course(ROOT)
     practicals = {p: load_practical(course, p) for p in PRACTICALS}
     started = time.perf_counter()
@@ -229,6 +258,7 @@ def main() -> None:
     lines += ["", f"All four practicals: **{total:.1f} s** (target ≤ 60 s).", ""]
     if bare_failures:
         lines += [f"Bare launches that failed and were run again: {len(bare_failures)}", *(f"- `{f}`" for f in bare_failures), ""]
+    lines += before
     lines += ["## False fails of the speed checks under a competing load", "", "A busy loop pinned to the last core while the reference solution is graded in full.", ""]
     for practical, failed in false_fails.items():
         lines.append(f"- {practical}: **{len(failed)} of {options.false_fail_runs}** gradings had a failed speed check (target 0)" + "".join(f"\n  - {f}" for f in failed[:5]))
