@@ -81,13 +81,15 @@ def timed(commands: list[list[str]]) -> float:
     return elapsed
 
 
-def retried(launch: Callable[[], float], failures: list[str]) -> float:
-    """`launch()`, once more if it fails (the failure is kept for the results)."""
-    try:
-        return launch()
-    except BareRunFailed as exc:
-        failures.append(str(exc))
-        return launch()
+def retried(launch: Callable[[], float], failures: list[str], attempts: int = 3) -> float:
+    """`launch()`, up to `attempts` times while it fails (each failure is kept for the results:
+    a bare torchrun can abort in torch's teardown on a loaded machine)."""
+    for _ in range(attempts - 1):
+        try:
+            return launch()
+        except BareRunFailed as exc:
+            failures.append(str(exc))
+    return launch()
 
 
 def grade(practical: str, results: Path, *extra: str, tree: Path = ROOT) -> tuple[float, dict]:

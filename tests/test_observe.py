@@ -18,7 +18,7 @@ from grader.observe.trace import COMMUNICATION, chrome_trace
 from grader.probe.events import Backward, Exit, InitPg, Note, plain, to_json
 from grader.probe.observers import Probe
 from grader.run.records import decode_records, parse_records, read_records
-from helpers import ROOT, run_cli
+from helpers import ROOT, again_after_teardown_abort, run_cli
 from observations import header, inputs, observed, timed
 
 SCRIPTS = Path(__file__).parent / "observe_scripts"
@@ -309,7 +309,7 @@ def test_no_command_is_a_usage_error_and_a_missing_one_still_leaves_the_files(tm
 # ---------------------------------------------------------------- real runs
 def observe(tmp_path: Path, *arguments: str) -> tuple[int, str, Path]:
     out = tmp_path / "observe-out"
-    done = run_cli("observe", "--out", str(out), *arguments, cwd=tmp_path, timeout=120)
+    done = again_after_teardown_abort(lambda: run_cli("observe", "--out", str(out), *arguments, cwd=tmp_path, timeout=120))
     assert "== observe:" in done.stdout, done.stderr[-3000:]
     return done.returncode, done.stdout[done.stdout.index("== observe:"):], out
 

@@ -25,7 +25,7 @@ from typing import Callable
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, again_after_teardown_abort
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def launch(command: tuple[str, ...], folder: Path, grader: tuple[str, ...]) -> s
     """One launch, in `folder`, under the grader's command `grader` (none: plainly); it must succeed."""
     env = {**_environment(), "MASTER_PORT": str(free_port()), "TMPDIR": str(folder), "PYTHONPATH": str(ROOT)}
     prefix = (sys.executable, "-m", "grader", *grader, "--") if grader else ()
-    done = subprocess.run([*prefix, *command], cwd=folder, capture_output=True, text=True, timeout=240, env=env)
+    done = again_after_teardown_abort(lambda: subprocess.run([*prefix, *command], cwd=folder, capture_output=True, text=True, timeout=240, env=env))
     assert done.returncode == 0, f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     return done
 
