@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--markdown", type=Path, help="also write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
         sub.add_argument("--keep-work", action="store_true", help="keep the working folder of the runs and print where it is")
         sub.add_argument("--no-timing", action="store_true", help="leave the speed checks out (deferred): no timed launches, a quicker grading")
+        sub.add_argument("--no-views", action="store_true", help="do not write what the graded runs did (report, timeline, trace) beside the results")
         sub.add_argument("--no-sandbox", action="store_true", help="run the code with your own rights, without the sandbox and the per-job cgroups (refused with --official)")
 
     g = commands.add_parser("grade", help="grade a submission: every check, results.json")
@@ -219,9 +220,9 @@ def _options(args: argparse.Namespace, public_only: bool) -> GradeOptions:
     )
 
 
-def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None, views: Path | None = None) -> int:
+def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None, views: Path | None = None, with_views: bool = True) -> int:
     """Write the views (beside `results`, else into `views`) and the results file; print the table."""
-    if results is not None or views is not None:
+    if with_views and (results is not None or views is not None):
         report = write_views(report, results if results is not None else views / "results.json")
     if results is not None:
         write_results(report, results)
@@ -246,8 +247,8 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
         report = GradingReport.failure(args.practical, str(exc), execution_time_s=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - the results file must exist even then
         report = GradingReport.failure(args.practical, f"internal error: {type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started)
-    views = None if args.results is not None or not public_only else Path(tempfile.mkdtemp(prefix="pdl-check-"))
-    return _emit(report, args.results, args.markdown, views)
+    views = None if args.results is not None or not public_only or args.no_views else Path(tempfile.mkdtemp(prefix="pdl-check-"))
+    return _emit(report, args.results, args.markdown, views, with_views=not args.no_views)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -110,7 +110,7 @@ def test_deadlock_is_graded_within_the_budget_and_leaves_nothing(tmp_path: Path,
     folder = deadlock.write(tmp_path / "deadlock", "p6")
     budget = 15.0
     started = time.monotonic()
-    code = main(["grade", "p6", str(folder), "--results", str(tmp_path / "r.json"), "--timeout", "5", "--time-budget", str(budget)])
+    code = main(["grade", "p6", str(folder), "--results", str(tmp_path / "r.json"), "--timeout", "5", "--time-budget", str(budget), "--no-views"])
     elapsed = time.monotonic() - started
     capsys.readouterr()
     assert code == 0
@@ -119,6 +119,7 @@ def test_deadlock_is_graded_within_the_budget_and_leaves_nothing(tmp_path: Path,
     outputs = " ".join(t["output"] for t in results["tests"])
     assert "did not finish within" in outputs and "waits at p6_ddp.py:" in outputs
     assert "time budget (15 s) was used up" in outputs
+    assert not (tmp_path / "r-runs").exists() and all("views" not in run for run in results["extra_data"]["runs"])  # --no-views
     assert procs.pids_with_env_name("GRADER_JOB_TOKEN") == []
     assert not [p for p in procs.all_pids() if "grader.probe.zygote" in procs.cmdline(p)]
 

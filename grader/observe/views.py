@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from grader.files import write_atomically
-from grader.observe.records import align
+from grader.observe.records import ObservedProcess, align
 from grader.observe.report import PERFETTO, process_block
 from grader.observe.trace import chrome_trace
 from grader.results.escape import terminal_line
@@ -50,9 +50,9 @@ def chosen_runs(runs: tuple[RunSummary, ...]) -> list[RunSummary]:
     return [recorded[index] for index in sorted(chosen[:MAX_VIEWS])]
 
 
-def run_report(run: RunSummary) -> str:
-    """The text report of one graded run: how it ended, then each rank's block."""
-    processes = align(list(run.records))
+def run_report(run: RunSummary, processes: list[ObservedProcess]) -> str:
+    """The text report of one graded run (its ranks' records placed on one axis:
+    `processes`): how it ended, then each rank's block."""
     lines = [f"== graded run {run.name} ({run.layout}): {run.outcome}"]
     lines.append("What your processes recorded about themselves: it explains the checks; the grader's verdicts rest on its own observations.")
     lines.append(f"timeline: {TIMELINE} · trace: {TRACE} (open it in {PERFETTO} or chrome://tracing)")
@@ -70,16 +70,17 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60].lstrip(".") or "run"
 
 
-def write_run_views(run: RunSummary, folder: Path) -> tuple[str, ...]:
-    """Write one run's report, trace and timeline into `folder`; the names written."""
+def write_run_views(run: RunSummary, folder: Path) -> str:
+    """Write one run's report, trace and timeline into `folder`; the report's text."""
     from grader.observe.timeline import draw_timeline
 
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomically(folder / REPORT, run_report(run))
     processes = align(list(run.records))
+    text = run_report(run, processes)
+    write_atomically(folder / REPORT, text)
     write_atomically(folder / TRACE, json.dumps(chrome_trace(processes, {"run": run.name, "layout": run.layout})))
     draw_timeline(processes, folder / TIMELINE, terminal_line(f"graded run {run.name} ({run.layout}): {run.outcome}")[:120])
-    return REPORT, TIMELINE, TRACE
+    return text
 
 
 def write_views(report: GradingReport, results: Path) -> GradingReport:
@@ -93,8 +94,8 @@ def write_views(report: GradingReport, results: Path) -> GradingReport:
     for run in chosen_runs(report.runs):
         place = folder / _safe_name(run.name)
         try:
-            names = write_run_views(run, place)
-            written[run.name] = replace(run, views=tuple(f"{folder.name}/{place.name}/{name}" for name in names), view_text=run_report(run))
+            text = write_run_views(run, place)
+            written[run.name] = replace(run, views=tuple(f"{folder.name}/{place.name}/{name}" for name in (REPORT, TIMELINE, TRACE)), view_text=text)
         except Exception as exc:  # noqa: BLE001 - the grading stands without its pictures
             notes.append(f"the report and timeline of run {run.name} could not be written ({type(exc).__name__}: {exc})")
     runs = tuple(written.get(run.name, run) for run in report.runs)
