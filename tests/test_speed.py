@@ -183,6 +183,33 @@ def test_timed_runs_alternate_reference_and_submission_launches(timed_practical)
     assert efficiency.status is Status.PASSED and "1.00× the reference's step time" in efficiency.summary
 
 
+def test_a_failing_speed_verdict_waits_for_more_rounds_so_a_burst_of_load_cannot_decide_it(timed_practical) -> None:
+    """The spec's 2 rounds say 1.5× (another grading loaded the machine during the submission's
+    launches only); a third round passes it, and no fourth is made."""
+    practical, submission, solutions = timed_practical
+    own_steps = iter([0.015, 0.015, 0.0102])
+    runner = FakeRunner(lambda job: launch(job.name, *([[0.01] * 8] * 2 if "@reference" in job.name or job.name == "ws2" else [[next(own_steps)] * 8] * 2)))
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
+    assert [job.name for job in runner.jobs] == ["ws2", "timed@reference", "timed", "timed@reference#2", "timed#2", "timed@reference#3", "timed#3"]
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.PASSED and "1.02× the reference's step time" in efficiency.summary and "best of 3 launches" in efficiency.summary
+
+
+def test_a_slow_submission_stays_slow_in_the_extra_rounds_and_a_fast_one_gets_none(timed_practical) -> None:
+    practical, submission, solutions = timed_practical
+    slow = FakeRunner(lambda job: launch(job.name, *([[0.01] * 8] * 2 if "@reference" in job.name or job.name == "ws2" else [[0.015] * 8] * 2)))
+    report = grade(practical, submission, slow, GradeOptions(solutions=solutions, seed=5))
+    assert len(slow.jobs) == 1 + 2 * 4  # 2 rounds of the spec and 2 more, no further
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.FAILED and "1.50× the reference's step time, above the 1.2× allowed" in efficiency.summary and "best of 4 launches" in efficiency.summary
+    fast = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8))
+    grade(practical, submission, fast, GradeOptions(solutions=solutions, seed=5))
+    assert len(fast.jobs) == 1 + 2 * 2
+    crashing = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8) if "@reference" in job.name or job.name == "ws2" else JobResult(spec=job, ranks=[], skipped="boom"))
+    grade(practical, submission, crashing, GradeOptions(solutions=solutions, seed=5))
+    assert len(crashing.jobs) == 1 + 2 * 2  # an untimed side is no matter of doubt: no extra rounds
+
+
 def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is_timed(timed_practical) -> None:
     practical, submission, _ = timed_practical
     runner = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8))

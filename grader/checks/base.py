@@ -120,3 +120,7 @@ class CheckDef:
     real_gpus: int = 0  # real CUDA devices it needs; deferred (with its runs) on machines with fewer
     timed: bool = False  # a speed check: its runs are launched k times (the spec's timing.repeats)
     against_reference: bool = True  # a timed check's launches alternate with the reference solution's
+    # a timed check's "would these launches fail me?" (timed runs, warm-up steps, options): while
+    # it says yes, the grading adds rounds of launches (up to the spec's timing.repeats more), so
+    # a failing speed verdict rests on twice the evidence and a burst of load cannot decide it
+    doubtful: Callable[[Any, int, Mapping[str, Any]], bool] | None = None

@@ -13,12 +13,15 @@ interleaved with the submission's), so a busy node slows both sides alike:
 - `faster_than`: the first run's step time is at most `max_ratio` × the second's (e.g. p6's
   DDP against p5's reference DataParallel on the same GPUs and batch).
 
-A side that could not be timed fails the check when it is the submission's own launches
+A submission that would fail `efficiency` after the spec's k rounds of launches gets up to k
+more rounds before the verdict (grader/grade/pipeline.py): failing takes twice the evidence,
+while a slow submission stays slow in every round. A side that could not be timed fails the check when it is the submission's own launches
 (a crash is not a fast run), and defers it when it is the reference's (not the student's doing).
 """
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Any, Mapping
 
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.timing import Measurement, TimedRuns, measure
@@ -66,6 +69,13 @@ def efficiency(ctx: CheckContext) -> Verdict:
         data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data()}
     summary = "; ".join(lines) if passed else next(line for line in lines if "allowed" in line)
     return Verdict(passed, summary, tuple(lines), data={"speed": data})
+
+
+def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any]) -> bool:
+    """Whether `efficiency` would fail on these launches though both sides were timed (more
+    launches of both may still pass it; a crash or an untimed side is not a matter of doubt)."""
+    own, reference = measure(timed.own, warmup), measure(timed.reference, warmup)
+    return own.timed and reference.timed and own.best_s / reference.typical_s > float(options["max_ratio"])
 
 
 def _calibrated_speedup(ctx: CheckContext, baseline: str, parallel: str) -> float | None:
@@ -125,7 +135,7 @@ CHECKS = MappingProxyType(
     {
         check.id: check
         for check in (
-            CheckDef("efficiency", efficiency, efficiency.__doc__ or "", {"max_ratio": OptionDef(float, 1.2, minimum=1.0, help="the slowest step-time ratio to the reference that passes")}, timed=True),
+            CheckDef("efficiency", efficiency, efficiency.__doc__ or "", {"max_ratio": OptionDef(float, 1.2, minimum=1.0, help="the slowest step-time ratio to the reference that passes")}, timed=True, doubtful=efficiency_doubtful),
             CheckDef("scaling", scaling, scaling.__doc__ or "", {"fraction": OptionDef(float, 0.8, minimum=0.0, maximum=1.0, help="the share of the reference's speedup required")}, real_gpus=2, timed=True),
             CheckDef("faster_than", faster_than, faster_than.__doc__ or "", {"max_ratio": OptionDef(float, 1.0, minimum=0.1, help="the slowest ratio of the first run's step time to the second's that passes")}, real_gpus=2, timed=True, against_reference=False),
         )

@@ -10,7 +10,8 @@
 5. run each launch within the grading's time budget; a run that a speed check times is
    launched k times (the spec's `timing.repeats`), each launch after one of the reference
    solution's launches of the same run (so both see the same machine load; see
-   grader/checks/timing.py for the protocol);
+   grader/checks/timing.py for the protocol), and up to k times more while a speed check
+   would fail it on the launches so far;
 6. judge every check on its runs and build the report.
 
 Nothing the submission does can make this raise; a failure of the grader's own code ends in
@@ -102,6 +103,19 @@ def reference_launched(practical: Practical, checks: tuple[CheckSpec, ...], runs
     check that compares with it (a run of a solution is its own reference)."""
     wanted = _runs_of(practical, checks, lambda definition: definition.timed and definition.against_reference)
     return frozenset(run.name for run in runs if run.name in wanted and not run.solution)
+
+
+def _doubts(practical: Practical, checks: tuple[CheckSpec, ...], warmup: int) -> Callable[[str, TimedRuns], bool]:
+    """Whether a speed check among `checks` would fail the named timed run on its launches so far."""
+
+    def doubtful(name: str, timed: TimedRuns) -> bool:
+        for check in checks:
+            definition = practical.module.CHECKS[check.check]
+            if name in check.runs and definition.doubtful is not None and definition.doubtful(timed, warmup, check.options):
+                return True
+        return False
+
+    return doubtful
 
 
 def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions) -> tuple[RunDef, ...]:
@@ -204,10 +218,21 @@ Launch = Callable[[RunDef, float, str, int], JobSpec]  # (run, seconds left, "ow
 
 
 def _run_all(
-    runs: tuple[RunDef, ...], timed: tuple[RunDef, ...], referenced: frozenset[str], repeats: int, job_for: Launch, runner: JobRunner, deadline: float, budget_s: float, problem: str | None
+    runs: tuple[RunDef, ...],
+    timed: tuple[RunDef, ...],
+    referenced: frozenset[str],
+    repeats: int,
+    doubtful: Callable[[str, TimedRuns], bool],
+    job_for: Launch,
+    runner: JobRunner,
+    deadline: float,
+    budget_s: float,
+    problem: str | None,
 ) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
     """Every planned launch in order; the timed runs last, round by round: in each of the
-    `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own."""
+    `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own;
+    then, round by round, up to `repeats` more for the timed runs still `doubtful` (a speed
+    check would fail them on the launches so far)."""
 
     def launch(run: RunDef, role: str, repeat: int) -> JobResult:
         left = deadline - time.monotonic()
@@ -221,14 +246,24 @@ def _run_all(
     results = {run.name: launch(run, "own", 0) for run in runs if run not in timed}
     own: dict[str, list[JobResult]] = {run.name: [] for run in timed}
     reference: dict[str, list[JobResult]] = {run.name: [] for run in timed}
-    for repeat in range(repeats if timed else 0):
-        for run in timed:
+    pending = timed
+    for repeat in range(2 * repeats if timed else 0):
+        if repeat >= repeats:  # the spec's rounds are done: more only for runs a check doubts, while the budget has room for them
+            pending = tuple(run for run in timed if doubtful(run.name, TimedRuns(tuple(own[run.name]), tuple(reference[run.name]))) and _room_for(run.name, own, reference, deadline))
+        for run in pending:
             if run.name in referenced:
                 reference[run.name].append(launch(run, "reference", repeat))
             own[run.name].append(launch(run, "own", repeat))
     results.update({name: launches[0] for name, launches in own.items()})
     ordered = {run.name: results[run.name] for run in runs}
     return ordered, {name: TimedRuns(tuple(own[name]), tuple(reference[name])) for name in own}
+
+
+def _room_for(name: str, own: dict[str, list[JobResult]], reference: dict[str, list[JobResult]], deadline: float, margin: float = 2.0) -> bool:
+    """Whether the time left holds another round of the run's launches (`margin` × its longest
+    round so far): an extra round never ends in a launch skipped for want of time."""
+    round_s = sum(max((launch.wall_s for launch in side[name]), default=0.0) for side in (own, reference))
+    return time.monotonic() + margin * round_s < deadline
 
 
 def _summaries(results: dict[str, JobResult]) -> tuple[RunSummary, ...]:
@@ -346,7 +381,8 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
             )
 
         referenced = reference_launched(practical, graded, runs)
-        results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, job_for, runner, started + budget, budget, prepared.problem)
+        doubtful = _doubts(practical, graded, assignment.timing.warmup_steps)
+        results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, doubtful, job_for, runner, started + budget, budget, prepared.problem)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
         return Execution(started, env, error=f"{type(exc).__name__}: {exc}")
     finally:
