@@ -16,7 +16,10 @@ on a machine with CUDA — the real-GPU path. Writes bench/RESULTS.md (and print
    equivalent (the grader runs a notebook's graded cells through its own driver).
 3. False fails: the reference solutions graded N times while a competing process keeps the
    other core busy; a speed check that fails the reference is a false fail. Target: 0 of 20.
-4. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
+4. The grader's witness (`--witness REV`, alone): a graded p6 with and without it, a planted
+   1.5× slowdown hidden behind a forged clock (caught in ≥ 19 of 20), false fails under a busy
+   core with it (0 of 20). Spliced into the results file.
+5. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
    DataParallel step times, NVML readings, and the fidelity suite (virtual vs real devices).
 All ratios are measured in this one process run.
 """
@@ -27,6 +30,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -92,11 +96,11 @@ def retried(launch: Callable[[], float], failures: list[str], attempts: int = 3)
     return launch()
 
 
-def grade(practical: str, results: Path, *extra: str, tree: Path = ROOT) -> tuple[float, dict]:
-    """Grade the reference solution of `practical` with the grader of `tree` (this checkout, or
-    an earlier commit's worktree); the wall time and the results."""
+def grade(practical: str, results: Path, *extra: str, tree: Path = ROOT, folder: Path | None = None) -> tuple[float, dict]:
+    """Grade the reference solution of `practical` (or `folder`) with the grader of `tree` (this
+    checkout, or an earlier commit's worktree); the wall time and the results."""
     started = time.perf_counter()
-    command = [PYTHON, "-m", "grader", "grade", practical, f"solutions/{practical}", "--results", str(results), *extra]
+    command = [PYTHON, "-m", "grader", "grade", practical, str(folder or f"solutions/{practical}"), "--results", str(results), *extra]
     done = subprocess.run(command, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
@@ -179,9 +183,10 @@ def gpu_section(work: Path) -> list[str]:
     return lines
 
 
-def compare_with(revision: str, work: Path, repeats: int) -> list[str]:
+def compare_with(revision: str, work: Path, repeats: int, heading: str = "## A graded p6 before and after (the grader of {commit} against this checkout's)") -> list[str]:
     """A graded p6 (the reference solution, sandboxed, timed) with the grader of `revision`
-    and with this checkout's, alternating: the Markdown section that compares them."""
+    and with this checkout's, alternating: the Markdown section that compares them, under
+    `heading` (where {commit} is the revision's short hash)."""
     tree = work / "before"
     subprocess.run(["git", "worktree", "add", "--detach", str(tree), revision], cwd=ROOT, check=True, capture_output=True)
     try:
@@ -196,12 +201,84 @@ def compare_with(revision: str, work: Path, repeats: int) -> list[str]:
     low, now, bare = min(times["before"]), min(times["now"]), min(times["bare"])
     medians = ", ".join(f"{statistics.median(found):.1f} s" for found in times.values())
     return [
-        f"## A graded p6 before and after (the grader of {commit} against this checkout's)",
+        heading.format(commit=commit),
         "",
         f"`grade p6 solutions/p6`, sandboxed and timed, alternating, the minimum of {repeats}: before {low:.1f} s; now {now:.1f} s (**{now / low:.2f}×**), "
         f"of which drawing what the runs did is the difference to `--no-views`, {bare:.1f} s (**{bare / low:.2f}×**: the recorder's and the grading's own cost). Medians: {medians}.",
         "",
     ]
+
+
+CLOCK_FORGERY = "for _name in ('monotonic', 'perf_counter', 'time'):\n    setattr(time, _name, lambda real=getattr(time, _name), start=getattr(time, _name)(): start + (real() - start) / 3)\n"
+
+
+def planted_slowdown(work: Path, seconds: float) -> Path:
+    """p6's reference solution with `seconds` of sleep after every optimizer step, its own
+    clocks slowed to a third so that its records hide it."""
+    folder = work / "planted"
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(ROOT / "solutions" / "p6", folder)
+    script = folder / "p6_ddp.py"
+    text = script.read_text()
+    for old, new in (("import time\n", "import time\n\n" + CLOCK_FORGERY), ("    optimizer.step()\n", f"    optimizer.step()\n    time.sleep({seconds!r})  # the planted slowdown\n")):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    script.write_text(text)
+    return folder
+
+
+def efficiency_of(document: dict) -> dict:
+    return next(t for t in document["tests"] if t["tags"][0] == "efficiency")
+
+
+def witness_section(revision: str, work: Path, repeats: int, gradings: int) -> list[str]:
+    """The grader's witness (issue: verdicts the submission cannot forge): a graded p6 with the
+    grader of `revision` (before the witness) against this checkout's, alternating; a planted
+    1.5× slowdown behind a forged clock, graded `gradings` times; the reference graded
+    `gradings` times under a busy core (false fails)."""
+    lines = compare_with(revision, work, repeats, "## The grader's witness: its cost (the grader of {commit}, without it, against this checkout's)")
+    _, first = grade("p6", work / "w0.json", "--seed", "3000")
+    reference_s = efficiency_of(first)["extra_data"]["speed"]["timed"]["reference"]["median_step_s"]
+    planted = planted_slowdown(work, round(0.5 * reference_s, 6))
+    caught, ratios = 0, []
+    for run in range(gradings):
+        _, document = grade("p6", work / f"planted-{run}.json", "--seed", str(3100 + run), folder=planted)
+        check = efficiency_of(document)
+        caught += check["status"] == "failed"
+        ratios.append(check.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio", float("nan")))
+    load = competing_load()
+    false_fails: list[str] = []
+    try:
+        for run in range(gradings):
+            _, document = grade("p6", work / f"busy-{run}.json", "--seed", str(3200 + run))
+            false_fails += speed_failures(load_practical(load_course(ROOT), "p6"), document)
+    finally:
+        load.kill()
+    shown = ", ".join(f"{r:.2f}" for r in sorted(ratios))
+    lines += [
+        f"A planted slowdown: p6's reference with {0.5 * reference_s * 1000:.2f} ms of sleep after each optimizer step (half the reference's median step, {reference_s * 1000:.2f} ms, in a first grading), "
+        f"and every clock of its own process slowed to a third, so that its records show fast steps: **caught in {caught} of {gradings}** gradings (target ≥ 19). "
+        f"Ratios the witness's clock gave (best launch against the reference's median): {shown}.",
+        "",
+        f"False fails with the witness: p6's reference graded {gradings} times with a busy loop on the last core: **{len(false_fails)} of {gradings}** had a failed speed check (target 0)."
+        + "".join(f"\n- {f}" for f in false_fails[:5]),
+        "",
+    ]
+    return lines
+
+
+def splice(text: str, section: list[str]) -> str:
+    """`text` with the section that starts with the heading of `section` replaced by it (added
+    before the GPU section when there is none)."""
+    heading = section[0]
+    kept = text.split("\n")
+    start = next((i for i, line in enumerate(kept) if line.startswith(heading.split(":")[0])), None)
+    if start is None:
+        start = next((i for i, line in enumerate(kept) if line.startswith("## On a GPU machine")), len(kept))
+        return "\n".join([*kept[:start], *section, *kept[start:]])
+    end = next((i for i in range(start + 1, len(kept)) if kept[i].startswith("## ")), len(kept))
+    return "\n".join([*kept[:start], *section, *kept[end:]])
 
 
 def main() -> None:
@@ -211,8 +288,15 @@ def main() -> None:
     parser.add_argument("--false-fail-practicals", default="p6,p10")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
     parser.add_argument("--before", metavar="REV", help="also grade p6 with the grader of this commit, alternating with this checkout's (the cost of a change)")
+    parser.add_argument("--witness", metavar="REV", help="only the witness's section: its cost against REV (a commit before it), a planted 1.5× slowdown and false fails, each --false-fail-runs gradings; spliced into --out")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+    if options.witness:
+        section = witness_section(options.witness, work, options.repeat + 1, options.false_fail_runs)
+        old = options.out.read_text(encoding="utf-8") if options.out.exists() else "# Benchmarks\n"
+        options.out.write_text(splice(old, section), encoding="utf-8")
+        print("\n".join(section))
+        return
     before = compare_with(options.before, work, options.repeat + 1) if options.before else []
     course = load_course(ROOT)
     practicals = {p: load_practical(course, p) for p in PRACTICALS}

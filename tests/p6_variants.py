@@ -21,8 +21,10 @@ VARIANTS = (
     Variant(
         "full_batch_everywhere",
         ((SCRIPT, SHARD, "    x, y = x.to(device), y.to(device)\n"),),
-        frozenset({"batch_shard"}),
-        {"batch_shard": "every rank trains on the whole batch"},
+        # DDP averages what each rank sends: whole-batch gradients from the script's ranks and a
+        # shard's from the grader's witness are not the full-batch gradient the witness must get
+        frozenset({"batch_shard", "grad_sync", "params_sync"}),
+        {"batch_shard": "every rank trains on the whole batch", "grad_sync": "each fed the whole batch to the model", "params_sync": "differ from single-process training"},
     ),
     Variant(
         "local_rank_from_rank",
@@ -83,9 +85,15 @@ VARIANTS = (
 # Correct, but slow: it logs the spectral norm of every weight matrix each step (an SVD per
 # matrix; once at the end would do). The gradients, the sync and the parameters stay right,
 # so only the efficiency check may lose.
+# Slow, and hiding it: every clock of its own process runs at a third of the speed, so its
+# records (the recorder's step times among them) say its steps are fast. The grader times the
+# step by its witness's clock, in another process.
 SLOW_VARIANT = Variant(
-    "weight_norms_every_step",
-    ((SCRIPT, LOSS, LOSS + "    with torch.no_grad():  # diagnostics every step instead of once at the end\n        norms = [torch.linalg.matrix_norm(p, ord=2) for p in model.parameters() if p.dim() == 2 for _ in range(3)]\n"),),
+    "weight_norms_every_step_behind_a_slowed_clock",
+    (
+        (SCRIPT, LOSS, LOSS + "    with torch.no_grad():  # diagnostics every step instead of once at the end\n        norms = [torch.linalg.matrix_norm(p, ord=2) for p in model.parameters() if p.dim() == 2 for _ in range(3)]\n"),
+        (SCRIPT, "import time\n", "import time\n\nfor _name in ('monotonic', 'perf_counter', 'time'):\n    setattr(time, _name, lambda real=getattr(time, _name), start=getattr(time, _name)(): start + (real() - start) / 3)\n"),
+    ),
     frozenset({"efficiency"}),
     {"efficiency": "above the 1.2× allowed"},
 )
@@ -101,4 +109,28 @@ TUTORIAL_VARIANT = Variant(
         (SCRIPT, WRAP, WRAP.replace('device.type == "cuda"', "torch.cuda.is_available()")),
     ),
     frozenset(),
+)
+
+
+# Correct but unusual: each must keep every point (untimed), the grader's witness rank among
+# its ranks. DDP's options change which collectives it makes; the witness makes the same.
+UNUSUAL_VARIANTS = (
+    Variant(
+        "find_unused_parameters_per_rank_seeds_get_rank_and_chatty_ranks",
+        (
+            (SCRIPT, WRAP, WRAP.replace("else None)", "else None, find_unused_parameters=True)")),
+            (SCRIPT, "torch.manual_seed(seed)\n", "torch.manual_seed(seed + rank)  # DDP copies rank 0's weights to every rank\n"),
+            (SCRIPT, 'rank = int(os.environ["RANK"])', "rank = dist.get_rank()"),
+            (SCRIPT, "    if master_process and (step % log_every == 0 or step == steps - 1):\n", "    print(f'rank {rank} step {step}', flush=True)\n    if master_process and (step % log_every == 0 or step == steps - 1):\n"),
+        ),
+        frozenset(),
+    ),
+    Variant(
+        "static_graph_bucket_views_and_tiny_buckets_then_a_barrier",
+        (
+            (SCRIPT, WRAP, WRAP.replace("else None)", "else None, static_graph=True, gradient_as_bucket_view=True, bucket_cap_mb=0.001)")),
+            (SCRIPT, "    dist.destroy_process_group()", "    dist.barrier()  # wait for every rank before leaving\n    dist.destroy_process_group()"),
+        ),
+        frozenset(),
+    ),
 )

@@ -145,7 +145,9 @@ def modules_naming(names: tuple[str, ...]) -> set[str]:
 
 
 def test_one_recorder_wraps_process_groups_and_ddp_communication_hooks() -> None:
-    # virtual GPUs substitute gloo for NCCL in init_process_group; they record nothing
-    assert modules_naming(WRAPPED) == {os.path.join("grader", "probe", "observers.py"), os.path.join("grader", "probe", "vgpu_dist.py")}
-    assert modules_naming(("register_comm_hook", "_register_builtin_comm_hook")) == {os.path.join("grader", "probe", "observers.py")}
+    # virtual GPUs substitute gloo for NCCL in init_process_group; the grader's witness joins the
+    # submission's group and hooks its own DDP, in its own process: neither records anything
+    witness = os.path.join("grader", "probe", "witness.py")
+    assert modules_naming(WRAPPED) == {os.path.join("grader", "probe", "observers.py"), os.path.join("grader", "probe", "vgpu_dist.py"), witness}
+    assert modules_naming(("register_comm_hook", "_register_builtin_comm_hook")) == {os.path.join("grader", "probe", "observers.py"), witness}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -20,11 +21,16 @@ from grader.probe.messages import (
     RankPid,
     Ready,
     Started,
+    WitnessPart,
+    WitnessPlan,
+    WitnessReport,
     answer_line,
     parse_answer,
     parse_request,
     request_line,
 )
+from grader.probe.witness import witness_parts
+from grader.run.local import witness_report
 from helpers import ROOT
 
 CONFIG = RankConfig(
@@ -83,3 +89,36 @@ def test_the_launcher_answers_a_bad_request_with_an_error_and_keeps_serving() ->
         launcher.stdin.close()
         assert launcher.wait(timeout=30) == 0
         launcher.stdout.close()
+
+
+# ------------------------------------------------------------------ the grader's witness
+PLAN = WitnessPlan(seed=5, batch_size=64, dim=32, hidden=64, steps=3, lr=0.05, first_row=32, rows=32, values=True, peer_records="/job/rank0/observations.jsonl", wait_s=10.0)
+REPORT = WitnessReport(
+    rank=1, ddp_options={"static_graph": "False"}, allreduces=(1, 1), allreduce_numel=(9, 9), step_ends=(1.5, 1.75), names=("0.weight",),
+    grads=(((0.5, float("nan")),), ((0.25, -1.0),)), params=((0.1, 0.2),), error=None,
+)
+
+
+def test_a_witness_plan_and_its_report_come_back_as_they_were_sent() -> None:
+    request = JobRequest(id="ws2", ranks=(CONFIG, replace(CONFIG, rank=1, witness=PLAN)), hold=False)
+    assert parse_request(request_line(request)) == request
+    parts = [parse_answer(line) for line in witness_parts("ws2", REPORT)]
+    assert all(isinstance(part, WitnessPart) for part in parts)
+    back = witness_report(parts, "exit:0", timed_out=False, stage="ddp")
+    assert isinstance(back, WitnessReport) and back.allreduces == (1, 1) and back.grads[1] == ((0.25, -1.0),)
+
+
+def test_a_large_report_is_cut_into_lines_that_are_each_one_atomic_pipe_write() -> None:
+    big = replace(REPORT, grads=(tuple(tuple(float(i) / 7 for i in range(20000)) for _ in range(3)),))
+    lines = witness_parts("ws2", big)
+    assert len(lines) > 10 and max(len(line.encode()) for line in lines) < 4096  # PIPE_BUF: writes this short never interleave
+    assert witness_report([parse_answer(line) for line in lines], "exit:0", timed_out=False) == big
+
+
+def test_a_missing_or_damaged_report_says_how_far_the_witness_got() -> None:
+    parts = [parse_answer(line) for line in witness_parts("ws2", REPORT)]
+    assert witness_report([], "signal:9", timed_out=False, stage="joined") == "it was stopped (signal:9) while it waited for your rank 0 to build its DistributedDataParallel, after they had ended"
+    assert witness_report([], None, timed_out=True, stage="") == "it was still waiting for your ranks to start the process group (init_process_group) when the run timed out"
+    assert witness_report(parts[:-1] if len(parts) > 1 else [replace(parts[0], parts=2)], "exit:0", timed_out=False).startswith("it sent 1 of 2 parts")
+    damaged = replace(parts[0], data="!!!!")
+    assert witness_report([damaged], "exit:0", timed_out=False).startswith("its report could not be read")

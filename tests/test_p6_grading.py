@@ -16,7 +16,8 @@ import pytest
 from helpers import ROOT, SCHEMA, assert_loses_exactly, checks_by_id, grade_in_process, load_results, run_cli
 from grader.cli import main
 from grader.run import procs
-from p6_variants import ALL_CHECKS, SLOW_VARIANT, TUTORIAL_VARIANT, VARIANTS
+from p6_forgeries import FORGERIES, Forgery
+from p6_variants import ALL_CHECKS, SLOW_VARIANT, TUTORIAL_VARIANT, UNUSUAL_VARIANTS, VARIANTS
 from variants import Variant
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def test_reference_solution_gets_full_marks_on_every_layout(tmp_path: Path) -> N
     assert checks["ddp_vs_dp"]["extra_data"]["deferred_points"] == 1  # needs 2 real GPUs
     for check in (checks[name] for name in ALL_CHECKS):
         assert check["status"] == "passed", check
-        for run in ("ws1 (1 process)", "ws2 (1 node × 2 ranks)", "ws3 (1 node × 3 ranks)", "2x2 (2 nodes × 2 ranks, 2 virtual GPUs each)"):
+        for run in ("ws1 (1 process)", "ws2 (1 node × 2 ranks, rank 1 the grader's witness)", "ws3 (1 node × 3 ranks, rank 2 the grader's witness)", "2x2 (2 nodes × 2 ranks, 2 virtual GPUs each)"):
             assert f"✓ {run}" in check["output"]
     assert "rank 2→cuda:0, rank 3→cuda:1" in checks["device_mapping"]["output"]
     assert "3 × 21 rows; 1 left over and dropped" in checks["batch_shard"]["output"]
@@ -84,6 +85,27 @@ def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path
     results = grade_in_process("p6", folder, tmp_path / "results.json", *extra)
     capsys.readouterr()
     assert_loses_exactly(results, variant.loses, variant.messages)
+
+
+@pytest.mark.parametrize("forgery", FORGERIES, ids=[f.name for f in FORGERIES])
+def test_a_forgery_scores_zero_on_every_check_it_targets_and_says_what_the_grader_saw(forgery: Forgery, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The untouched template scores 0 on every check; so does each forgery on the checks it
+    forges, with the witness's view (or the disagreement) in the feedback."""
+    extra = ["--timeout", str(forgery.variant.timeout_s)] if forgery.variant.timeout_s else []
+    results = grade_in_process("p6", forgery.variant.write(tmp_path / forgery.name, "p6"), tmp_path / "r.json", *extra)
+    capsys.readouterr()
+    checks = checks_by_id(results)
+    for check_id, fragment in forgery.targets.items():
+        assert checks[check_id]["status"] == "failed" and checks[check_id]["score"] == 0, (check_id, checks[check_id]["output"])
+        assert fragment in checks[check_id]["output"], (check_id, checks[check_id]["output"])
+
+
+@pytest.mark.parametrize("variant", UNUSUAL_VARIANTS, ids=[v.name for v in UNUSUAL_VARIANTS])
+def test_a_correct_but_unusual_submission_keeps_every_point_beside_the_witness(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    results = grade_in_process("p6", variant.write(tmp_path / variant.name, "p6"), tmp_path / "r.json")
+    capsys.readouterr()
+    assert results["score"] == 18, {k: v["output"] for k, v in checks_by_id(results).items() if v["status"] != "passed"}
+    assert "the grader's witness took part in each" in checks_by_id(results)["grad_sync"]["output"]
 
 
 def test_a_submission_written_like_pytorchs_ddp_tutorial_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -2,8 +2,11 @@
 what share of the batch it takes, and whether gradients and parameters stay in step.
 
 Expected values come from what the grader chose (the layout of the launch, the arguments,
-the seed) and from the reference the grader computed itself; observed values come from the
-probe's recordings inside each rank.
+the seed) and from the reference the grader computed itself. Observed values come from the
+probe's recordings inside each rank — which the submission can write — and, in a run with the
+grader's witness as its last rank (grader/probe/witness.py), from what the witness saw, which
+it cannot: there, gradients and parameters pass only when the witness received the full-batch
+gradient, and records that claim what the witness did not see fail the check, saying so.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import missing, per_run
 from grader.checks.numeric import Difference, Named, compare, named, scale
 from grader.probe.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, OptGrads, Optimizer
+from grader.probe.messages import WitnessReport
 from grader.run.job import JobResult, RankResult
 
 
@@ -31,6 +35,15 @@ class Trajectory:
     grads: Sequence[Mapping[str, Sequence[float]]]  # before optimizer step i
     params: Sequence[Mapping[str, Sequence[float]]]  # after optimizer step i
     samples: int  # how many samples of the global batch a full step uses
+
+
+def _yours(run: JobResult, plural: str, singular: str) -> str:
+    """'all 4 ranks <plural>', or with the grader's witness among them 'your 3 ranks <plural>'
+    ('your rank <singular>'; 'the rank <singular>' alone)."""
+    count = len(run.ranks)
+    if count == 1:
+        return f"{'your' if run.spec.witness is not None else 'the'} rank {singular}"
+    return f"{'your' if run.spec.witness is not None else 'all'} {count} ranks {plural}"
 
 
 def setup_values(rank: RankResult) -> dict:
@@ -52,6 +65,9 @@ def rank_setup(ctx: CheckContext) -> Verdict:
     def judge(run: JobResult) -> tuple[bool, str]:
         if not any(r.first(InitPg) for r in run.ranks):
             return missing(run, "a process group")
+        if run.spec.witness is not None and not run.witness_stage and not failures.explain(run):
+            world = run.layout.world_size
+            return False, f"your ranks' records say they started a process group of {world}; the grader's witness (rank {world - 1}) found none to join"
         problems = []
         for rank in run.ranks:
             expected = {"rank": rank.rank, "local_rank": rank.local_rank, "world_size": run.layout.world_size}
@@ -77,7 +93,7 @@ def rank_setup(ctx: CheckContext) -> Verdict:
                     problems.append(f"rank {rank.rank} (node {rank.node}): {name} = {values[name]!r}, expected {expected[role]}{hint}")
         if problems:
             return False, "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-        return True, f"all {run.layout.world_size} ranks match the launcher"
+        return True, _yours(run, "match the launcher", "matches the launcher")
 
     return per_run(ctx, judge, "every rank knows its rank, local rank and world size")
 
@@ -213,6 +229,57 @@ def _start_matches(run: JobResult, ref: Trajectory, rtol: float, atol: float) ->
     return None
 
 
+def witness_of(run: JobResult) -> WitnessReport | str | None:
+    """What the run's witness saw: its report, or a sentence on why it saw nothing usable;
+    None when the run had no witness."""
+    if run.spec.witness is None:
+        return None
+    rank = run.layout.world_size - 1
+    seen = run.witness
+    if seen is None or isinstance(seen, str):
+        return f"the grader's witness (rank {rank}) saw nothing: {seen or 'it sent no report'}"
+    if seen.error:
+        return f"the grader's witness (rank {rank}) stopped: {seen.error}"
+    return seen
+
+
+def _claimed(rank: RankResult, steps: int) -> str:
+    """What a rank's own records say of its all-reduces, for a verdict that disagrees with them."""
+    pattern = allreduce_pattern(rank, steps) if steps else []
+    return f"your rank {rank.rank}'s records say all-reduce calls per step: {pattern}" if any(pattern) else f"your rank {rank.rank}'s records show no all-reduce"
+
+
+def witnessed_grads(run: JobResult, refs: Sequence[Trajectory], batch: int, rtol: float, atol: float) -> tuple[bool, str] | None:
+    """The witness's verdict on the gradients of a run (None: the run has no witness): the
+    all-reduces of every backward pass delivered the full-batch gradient to it, and the
+    submission's records agree with it on how many there were."""
+    seen = witness_of(run)
+    if seen is None:
+        return None
+    claimed = gradient_steps(run.ranks[0])
+    steps = len(claimed)
+    if isinstance(seen, str):
+        # without the witness's own word (it was stopped), the ranks' ends explain more: a crash, a TODO
+        lost = run.witness is None or isinstance(run.witness, str)
+        crash = failures.explain(run) if lost else None
+        return False, crash or f"{seen} ({_claimed(run.ranks[0], steps)})"
+    rank = run.layout.world_size - 1
+    for step, grads in enumerate(seen.grads):
+        diff = closest(named(seen.names, grads), refs, lambda r: r.grads[step], rtol, atol)
+        if not diff.ok:
+            record = closest(claimed[step], refs, lambda r: r.grads[step], rtol, atol) if step < steps else None
+            claim = "; your processes' records say the full-batch gradient, the grader saw otherwise" if record is not None and record.ok else ""
+            rows = {f.inputs[0].shape[0] for r in run.ranks for f in model_forwards(r) if f.inputs[0].shape}
+            whole = f" — your ranks each fed the whole batch to the model ({rows.pop()} rows), so what they sent is not their shard's gradient" if len(rows) == 1 and next(iter(rows)) == batch else ""
+            return False, f"step {step}: the all-reduces of backward delivered to the grader's witness (rank {rank}) are not the full-batch gradient ({diff.describe()}){claim}{whole}"
+    if not seen.grads or not all(seen.allreduces):
+        return False, f"the grader's witness (rank {rank}) took part in no all-reduce in some backward pass (per step: {list(seen.allreduces)})"
+    recorded = allreduce_pattern(run.ranks[0], len(seen.allreduces))
+    if recorded != list(seen.allreduces):
+        return False, f"your processes' records say all-reduce calls per step: {recorded}; the grader's witness (rank {rank}) took part in {list(seen.allreduces)}"
+    return True, ""
+
+
 def grad_sync(ctx: CheckContext) -> Verdict:
     """After backward, every rank holds the same gradients, equal to the single-process
     full-batch gradient on the grader's data; the all-reduce pattern is reported."""
@@ -222,12 +289,15 @@ def grad_sync(ctx: CheckContext) -> Verdict:
     def judge(run: JobResult) -> tuple[bool, str]:
         refs: Sequence[Trajectory] = ctx.references[run.spec.name]
         ref = refs[0]
+        witnessed = witnessed_grads(run, refs, int(ctx.args_of(run).get("batch_size", 0)), rtol, atol)
+        if witnessed is not None and not witnessed[0]:
+            return witnessed
         grads = {r.rank: gradient_steps(r) for r in run.ranks}
         if not all(grads.values()):
             return missing(run, "an optimizer step")
         pattern = allreduce_pattern(run.ranks[0], len(grads[0]))
         patterns[run.spec.name] = pattern
-        calls = f"all-reduce calls per step: {pattern}"
+        calls = f"all-reduce calls per step: {pattern}" + (" (the grader's witness took part in each)" if witnessed else "")
         start = _start_matches(run, ref, rtol, atol)
         if start:
             return False, start
@@ -265,6 +335,15 @@ def params_sync(ctx: CheckContext) -> Verdict:
     def judge(run: JobResult) -> tuple[bool, str]:
         steps = int(ctx.args_of(run)[ctx.options["steps_argument"]])
         refs: Sequence[Trajectory] = ctx.references[run.spec.name]
+        seen = witness_of(run)
+        if isinstance(seen, str):
+            lost = run.witness is None or isinstance(run.witness, str)
+            return False, (failures.explain(run) if lost else None) or seen
+        if seen is not None:
+            diff = closest(named(seen.names, seen.params), refs, lambda r: r.params[steps - 1], rtol, atol) if len(seen.step_ends) == steps else None
+            if diff is None or not diff.ok:
+                what = f"took {len(seen.step_ends)} of {steps} steps" if diff is None else f"differ from single-process training ({diff.describe()})"
+                return False, f"the parameters of the grader's witness (rank {run.layout.world_size - 1}), trained by the all-reduces of your ranks, {what}"
         params = {r.rank: parameter_steps(r) for r in run.ranks}
         if not all(params.values()):
             return missing(run, "an optimizer step")
@@ -280,7 +359,7 @@ def params_sync(ctx: CheckContext) -> Verdict:
         diff = closest(params[0][last], refs, lambda r: r.params[last], rtol, atol)
         if not diff.ok:
             return False, f"after {steps} steps the parameters are the same on every rank but differ from single-process training ({diff.describe()})"
-        return True, f"identical after {steps} steps and equal to single-process training"
+        return True, f"identical after {steps} steps and equal to single-process training" + (", on the grader's witness too" if seen is not None else "")
 
     return per_run(ctx, judge, "parameters stay identical across ranks and match single-process training")
 
@@ -303,7 +382,7 @@ def clean_exit(ctx: CheckContext) -> Verdict:
             problems.append(f"{run.leftovers} process(es) were still running after the ranks exited and were killed")
         if problems:
             return False, "; ".join(problems[:3])
-        return True, f"all {run.layout.world_size} ranks destroyed the process group and exited 0"
+        return True, _yours(run, "destroyed the process group and exited 0", "destroyed the process group and exited 0")
 
     return per_run(ctx, judge, "every rank cleans up and exits 0")
 

@@ -1,7 +1,10 @@
 """The timing protocol every speed check shares; pure functions over what the grader measured.
 
-- A step's time is the time between two consecutive optimizer steps of a rank; the probe
-  synchronises CUDA before taking each time, so queued GPU work counts in its step.
+- A step's time is the time between two consecutive optimizer steps. In a run with the
+  grader's witness (grader/probe/witness.py) it is the witness's, by its own clock, which the
+  submission cannot touch: in a synchronous all-reduce the witness waits for the slowest rank.
+  Elsewhere it is a rank's, as its recorder saw it (the probe synchronises CUDA before taking
+  each time, so queued GPU work counts in its step).
 - The first `warmup` steps of a launch are not timed (allocations, CUDA context, caches); the
   very first step never is: nothing marks its start.
 - A step ends for everyone when its slowest rank ends it: per step, the maximum over ranks.
@@ -21,6 +24,7 @@ from typing import Sequence
 
 from grader.checks import failures
 from grader.probe.events import Optimizer
+from grader.probe.messages import WitnessReport
 from grader.run.job import JobResult, RankResult
 
 
@@ -31,8 +35,28 @@ def rank_step_seconds(rank: RankResult, warmup: int = 1) -> list[float]:
     return durations[max(warmup, 1) - 1 :]
 
 
+def witness_step_seconds(report: WitnessReport, warmup: int = 1) -> list[float]:
+    """Duration of each optimizer step by the witness's clock, the first `warmup` left out."""
+    ends = report.step_ends
+    return [later - earlier for earlier, later in zip(ends, ends[1:])][max(warmup, 1) - 1 :]
+
+
+def witness_problem(run: JobResult) -> str | None:
+    """Why a run with the grader's witness cannot be timed by it (None: it can, or the run had none)."""
+    if run.spec.witness is None:
+        return None
+    if not isinstance(run.witness, WitnessReport):
+        return f"the grader's witness could not time it: {run.witness or 'no report'}"
+    if run.witness.error:
+        return f"the grader's witness could not time it: {run.witness.error}"
+    return None
+
+
 def step_seconds(run: JobResult, warmup: int = 1) -> list[float]:
-    """Per timed step, the slowest rank's duration."""
+    """Per timed step: by the grader's witness's clock in a run with one (in a synchronous
+    all-reduce it waits for the slowest rank), else the slowest rank's recorded duration."""
+    if isinstance(run.witness, WitnessReport):
+        return witness_step_seconds(run.witness, warmup)
     per_rank = [rank_step_seconds(rank, warmup) for rank in run.ranks]
     steps = min((len(d) for d in per_rank), default=0)
     return [max(d[i] for d in per_rank) for i in range(steps)]
@@ -92,7 +116,7 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
         if launch.skipped:
             problem = problem or f"a launch was not run: {launch.skipped}"
             continue
-        outcome = failures.explain(launch)
+        outcome = failures.explain(launch) or witness_problem(launch)
         seconds = step_seconds(launch, warmup) if launch.ranks else []
         if outcome or not seconds:
             problem = problem or outcome or f"no optimizer step after the first {max(warmup, 1)} could be timed"

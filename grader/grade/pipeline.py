@@ -378,6 +378,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 virtual_gpus=run.virtual_gpus,
                 driver=prepared.driver and not solution,
                 private=solution is not None,
+                witness=practical.module.witness_plan({**args, **run.args}, run, run_timeout) if run.witness else None,
             )
 
         referenced = reference_launched(practical, graded, runs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from grader.checks.distributed import Trajectory
+from grader.probe.witness import global_batch
 from grader.spec.model import RunDef
 
 SETTINGS = ("seed", "batch_size", "dim", "hidden", "steps", "lr")
@@ -29,9 +30,7 @@ def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim:
     initial = values(dict(model.named_parameters()))
     grads, params = [], []
     for step in range(steps):
-        g = torch.Generator().manual_seed(seed * 1000 + step)
-        x = torch.randn(batch_size, dim, generator=g)
-        y = torch.randn(batch_size, 1, generator=g)
+        x, y = global_batch(seed, step, batch_size, dim)
         loss = nn.functional.mse_loss(model(x[:used]), y[:used])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

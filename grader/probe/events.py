@@ -149,6 +149,18 @@ class Ddp(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DdpArgs(Event):
+    """A DistributedDataParallel is about to be built with these options (written before its
+    first collective, so that the grader's witness rank can build its own DDP alike)."""
+
+    kind: ClassVar[str] = "ddp_args"
+    find_unused_parameters: bool
+    static_graph: bool
+    gradient_as_bucket_view: bool
+    bucket_cap_mb: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CommHook(Event):
     """The script registered a DDP communication hook of its own (the recorder's hook calls
     it, so its buckets are still seen)."""
@@ -353,7 +365,7 @@ class Answers(Event):
 EVENTS: Mapping[str, type[Event]] = MappingProxyType({
     cls.kind: cls
     for cls in (
-        Process, InitPgCall, InitPg, DestroyPg, Ddp, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
+        Process, InitPgCall, InitPg, DestroyPg, DdpArgs, Ddp, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
         AllReduce, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
     )
 })

@@ -9,6 +9,11 @@ Answers, launcher to grader ("event"): `ready` once warm; per job `forked` (a he
 leader), `started` (the ranks' pids), `rank_exit` per rank, `exited` (every rank ended) and
 `leader_exit` (the leader is gone, however it ended); `error` for a request it could not read.
 Statuses are "exit:N" or "signal:N".
+
+The grader's witness (grader/probe/witness.py), a rank the launcher forks from grader code,
+reports through the launcher's channel too: its `WitnessReport`, compressed, base64-encoded and
+cut into `witness` answers short enough that each is one atomic write on the pipe; before it,
+`witness_stage` answers say how far it got.
 """
 from __future__ import annotations
 
@@ -16,11 +21,60 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar, Mapping, Union, cast
 
-from grader.probe.typed import Malformed, dumps, loads, parse_tagged
+from grader.probe.typed import Malformed, Value, dumps, loads, parse_tagged
 
 
 class BadMessage(Malformed):
     """A message is not one the grader, the launcher or the rank writes."""
+
+
+@dataclass(frozen=True)
+class WitnessPlan:
+    """What the grader's witness rank does: the template's training (a two-layer MLP, SGD,
+    mean squared error on x, y ~ N(0, 1) from the step's generator), on rows
+    [first_row, first_row + rows) of every global batch, as one rank of the submission's job."""
+
+    seed: int
+    batch_size: int
+    dim: int
+    hidden: int
+    steps: int
+    lr: float
+    first_row: int
+    rows: int
+    values: bool  # report gradients and parameters (not for timed runs: only step times)
+    peer_records: str  # the event file of the submission's rank 0, where its DDP options appear
+    wait_s: float  # for the peers' DDP and for each collective
+
+
+@dataclass(frozen=True)
+class WitnessReport:
+    """What the witness saw: per backward pass, the all-reduces its DDP took part in and the
+    gradients they delivered; per optimizer step, the time it ended by the witness's clock;
+    its parameters after the last step; or `error`, why it stopped."""
+
+    report: ClassVar[str] = "witness_report"
+    rank: int
+    ddp_options: dict[str, str]  # the submission's DDP options the witness took on
+    allreduces: tuple[int, ...]  # per backward
+    allreduce_numel: tuple[int, ...]  # per backward: the elements all-reduced
+    step_ends: tuple[float, ...]  # per optimizer step, seconds of the witness's monotonic clock
+    names: tuple[str, ...]
+    grads: tuple[tuple[tuple[Value, ...], ...], ...]  # per step, per parameter (empty without `values`)
+    params: tuple[tuple[Value, ...], ...]  # after the last step (empty without `values`)
+    error: str | None
+
+
+WITNESS_PART_CHARS = 3000  # base64 characters per `witness` answer: a line well under PIPE_BUF
+
+
+def witness_report_line(report: WitnessReport) -> str:
+    return dumps(report, "report", report.report)
+
+
+def parse_witness_report(line: str | bytes) -> WitnessReport:
+    """The witness's report from its line; BadMessage when it is not one."""
+    return cast(WitnessReport, _parse(line, "report", {WitnessReport.report: WitnessReport}, "witness report"))
 
 
 @dataclass(frozen=True)
@@ -42,6 +96,7 @@ class RankConfig:
     driver: bool  # the script is a grader driver: it gets the recorder's emit
     pg_timeout_s: float  # the process groups' timeout where the script gives none
     max_observation_bytes: int
+    witness: WitnessPlan | None = None  # this rank is the grader's witness, not the script
 
 
 # ------------------------------------------------------------------ requests
@@ -148,8 +203,31 @@ class LeaderExited:
     orphans: int
 
 
-Answer = Union[Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited]
-ANSWERS: Mapping[str, type] = MappingProxyType({cls.event: cls for cls in (Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited)})
+@dataclass(frozen=True)
+class WitnessPart:
+    """A part of the witness's report (see the module docstring)."""
+
+    event: ClassVar[str] = "witness"
+    job: str
+    part: int
+    parts: int
+    data: str  # base64
+
+
+WITNESS_STAGES = ("joined", "ddp")  # the witness joined the process group; it built its DDP alongside rank 0's
+
+
+@dataclass(frozen=True)
+class WitnessStage:
+    """The witness got this far (one of WITNESS_STAGES): where it waited, should it be stopped."""
+
+    event: ClassVar[str] = "witness_stage"
+    job: str
+    stage: str
+
+
+Answer = Union[Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited, WitnessPart, WitnessStage]
+ANSWERS: Mapping[str, type] = MappingProxyType({cls.event: cls for cls in (Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited, WitnessPart, WitnessStage)})
 
 
 # ------------------------------------------------------------------ lines

@@ -35,6 +35,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import itertools
+import inspect
 import os
 import socket
 import sys
@@ -59,6 +60,7 @@ from grader.probe.events import (
     Backward,
     CommHook,
     Ddp,
+    DdpArgs,
     DestroyPg,
     E,
     EndState,
@@ -350,6 +352,7 @@ class Probe:
         probe = self
 
         def built_and_hooked(ddp_self, *args, **kwargs):
+            probe._before_ddp_init(build, ddp_self, args, kwargs)
             build(ddp_self, *args, **kwargs)
             probe._after_ddp_init(ddp_self, args, kwargs)
 
@@ -411,6 +414,20 @@ class Probe:
             self.span(AllReduce, mark, source="call", numel=numel, bytes=numel * tensor.element_size(), bucket=None, async_op=asynchronous)
 
     # ---------------------------------------------------------------- DDP
+    def _before_ddp_init(self, build: Any, ddp: DistributedDataParallel, args: tuple, kwargs: dict) -> None:
+        try:
+            given = inspect.signature(build).bind(ddp, *args, **kwargs).arguments
+            cap = given.get("bucket_cap_mb")
+            self.emit(
+                DdpArgs,
+                find_unused_parameters=bool(given.get("find_unused_parameters", False)),
+                static_graph=bool(given.get("static_graph", False)),
+                gradient_as_bucket_view=bool(given.get("gradient_as_bucket_view", False)),
+                bucket_cap_mb=float(cap) if isinstance(cap, (int, float)) else None,
+            )
+        except Exception as exc:  # noqa: BLE001 - DDP is built whatever the recorder meets
+            self._failed("DistributedDataParallel options", exc)
+
     def _after_ddp_init(self, ddp: DistributedDataParallel, args: tuple, kwargs: dict) -> None:
         try:
             device_ids = kwargs.get("device_ids", args[1] if len(args) > 1 else None)

@@ -13,7 +13,10 @@ before it forks anything: the zygote prints `forked` and reads one more line, `g
 has moved the leader into the job's cgroup, so that every process of the job is born inside
 it) or anything else (the leader exits at once). Then the leader forks the ranks, and the
 zygote prints `started` (their pids), `rank_exit` as each rank ends, and `exited` when every
-rank has ended (processes a rank left behind are killed then). The zygote prints
+rank has ended (processes a rank left behind are killed then). A rank whose config carries a
+witness plan is the grader's witness (grader/probe/witness.py): it runs the grader's code and
+prints its report as `witness` answers; once every rank of the script has ended, it has
+WITNESS_GRACE_S more before the leader kills it (it may wait for ranks that never came). The zygote prints
 `leader_exit` when the leader is gone, however it ended (the grader kills the leader's whole
 session on a timeout), with the number of processes the job left running that the zygote
 killed then. A request it cannot read is answered with `error`.
@@ -44,6 +47,7 @@ from grader.probe.messages import (
     parse_request,
 )
 
+WITNESS_GRACE_S = 5.0  # after the script's ranks ended, for the witness to send its report
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 KEYCTL_JOIN_SESSION_KEYRING = 1
@@ -123,6 +127,13 @@ def kill_children(rounds: int = 20) -> int:
     return running
 
 
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 def _lead(job: JobRequest, gate: int | None) -> None:
     """The job leader: wait at the `gate` (a pipe) when there is one, fork the ranks, wait for
     them, clear up what they left; never returns."""
@@ -134,17 +145,34 @@ def _lead(job: JobRequest, gate: int | None) -> None:
         if not opened:
             os._exit(70)
     from grader.probe.rank import run_rank
+    from grader.probe.witness import run_witness
 
-    pids = {}
+    pids, witnesses = {}, set()
     for config in job.ranks:
         pid = os.fork()
         if pid == 0:
+            if config.witness is not None:
+                run_witness(job.id, config.rank, config.env, config.witness, config.stdout, config.stderr)
             run_rank(config)
         pids[pid] = config.rank
+        if config.witness is not None:
+            witnesses.add(pid)
     _say(Started(job=job.id, leader=os.getpid(), pids=tuple(RankPid(rank, pid) for pid, rank in pids.items())))
     status = {}
+    grace_until = None
     while len(status) < len(pids):
-        pid, raw = os.waitpid(-1, 0)
+        if grace_until is None and witnesses and all(str(rank) in status for pid, rank in pids.items() if pid not in witnesses):
+            # the script's ranks are gone: the witness has this long to report (less after a crash: it waits for nothing then)
+            clean = all(status[str(rank)] == "exit:0" for pid, rank in pids.items() if pid not in witnesses)
+            grace_until = time.monotonic() + (WITNESS_GRACE_S if clean else WITNESS_GRACE_S / 5)
+        pid, raw = os.waitpid(-1, os.WNOHANG if grace_until is not None else 0)
+        if pid == 0:
+            if time.monotonic() > grace_until:
+                for witness in witnesses:
+                    _kill(witness)
+                grace_until = float("inf")
+            time.sleep(0.01)
+            continue
         if pid in pids:
             status[str(pids[pid])] = _status(raw)
             _say(RankExited(job=job.id, rank=pids[pid], status=status[str(pids[pid])]))

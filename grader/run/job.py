@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from grader.probe.events import E, Event, Frame
+from grader.probe.messages import WitnessPlan, WitnessReport
 from grader.run.records import ProcessRecord
 
 
@@ -50,12 +51,19 @@ class JobSpec:
     virtual_gpus: int = 0  # CUDA devices each simulated node pretends to have (0: none)
     driver: bool = False  # the script is a grader driver: it gets the recorder (__grader_emit__)
     private: bool = False  # the grader's own code (a reference solution): its files go as soon as it ends
+    witness: WitnessPlan | None = None  # the last rank is the grader's witness (grader/probe/witness.py), on this plan
+
+    @property
+    def script_ranks(self) -> range:
+        """The ranks that run the script (all but the witness's)."""
+        return range(self.layout.world_size - (1 if self.witness is not None else 0))
 
     def describe(self) -> str:
-        """'2 nodes × 2 ranks, 2 virtual GPUs each'."""
+        """'2 nodes × 2 ranks, 2 virtual GPUs each' ('1 node × 2 ranks, rank 1 the grader's witness')."""
         each = " each" if self.layout.nodes > 1 else ""
         gpus = f", {self.virtual_gpus} virtual GPU{'s' if self.virtual_gpus > 1 else ''}{each}" if self.virtual_gpus else ""
-        return self.layout.describe() + gpus
+        witness = f", rank {self.layout.world_size - 1} the grader's witness" if self.witness is not None else ""
+        return self.layout.describe() + gpus + witness
 
 
 @dataclass
@@ -106,6 +114,8 @@ class JobResult:
     telemetry: dict | None = None  # per-GPU memory and utilisation the grader sampled (grader/run/telemetry.py)
     caps_hit: tuple[str, ...] = ()  # the job's caps the kernel saw it reach (memory, processes, disk), as messages
     notes: tuple[str, ...] = ()  # what the copy of the submission left out (hard links, FIFOs)
+    witness: WitnessReport | str | None = None  # the witness's report, or why none came (None: the job had no witness)
+    witness_stage: str = ""  # how far the witness got (grader.probe.messages.WITNESS_STAGES; "" not even joined)
 
     @property
     def layout(self) -> Layout:

@@ -30,6 +30,7 @@ side while each job runs.
 """
 from __future__ import annotations
 
+import base64
 import os
 import select
 import signal
@@ -38,7 +39,8 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grader.probe.messages import (
@@ -56,7 +58,12 @@ from grader.probe.messages import (
     Ready,
     Request,
     Started,
+    WITNESS_STAGES,
+    WitnessPart,
+    WitnessReport,
+    WitnessStage,
     parse_answer,
+    parse_witness_report,
     request_line,
 )
 from grader.probe.zygote import children_of
@@ -74,6 +81,7 @@ from grader.run.tree import TreeLimits, TreeRefused, copy_tree, empty_folder, re
 GRADER_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the grader package
 TOKEN_VARIABLE = "GRADER_JOB_TOKEN"
 RANK_FILES = ("stdout", "stderr", "faults", "observations.jsonl")
+MAX_WITNESS_REPORT = 64 << 20  # bytes of a witness's report, unpacked
 DISK_FULL_BYTES = 1 << 20  # a grading folder with less free space than this after a job was filled by it
 
 
@@ -341,6 +349,7 @@ class LocalRunner:
             TOKEN_VARIABLE: token,
         }
         configs = []
+        witness = replace(job.witness, peer_records=str(job_dir / "rank0" / "observations.jsonl")) if job.witness is not None else None
         for rank in range(job.layout.world_size):
             folder = job_dir / f"rank{rank}"
             configs.append(
@@ -359,6 +368,7 @@ class LocalRunner:
                     driver=job.driver,
                     pg_timeout_s=float(job.timeout_s + 30),
                     max_observation_bytes=self.options.observation_bytes,
+                    witness=witness if rank not in job.script_ranks else None,
                 )
             )
         return tuple(configs)
@@ -403,6 +413,8 @@ class LocalRunner:
         deadline = started + job.timeout_s
         zygote.send(JobRequest(id=job.name, ranks=self._rank_configs(job, job_dir, token), hold=group is not None))
         pids: dict[int, int] = {}
+        parts: list[WitnessPart] = []
+        stage = ""
         leader = 0
         forked = refused = False  # a leader exists; the launcher refused the job before any
         status: dict[int, str] = {}
@@ -428,6 +440,10 @@ class LocalRunner:
                 forked = True
             elif isinstance(event, RankExited):
                 status[event.rank] = event.status
+            elif isinstance(event, WitnessPart) and event.job == job.name:
+                parts.append(event)
+            elif isinstance(event, WitnessStage) and event.job == job.name and event.stage in WITNESS_STAGES:
+                stage = event.stage
             elif isinstance(event, Exited):
                 leftovers = event.leftovers
             elif isinstance(event, LeaderExited):
@@ -462,7 +478,8 @@ class LocalRunner:
         launcher_lost = not leader_gone and not zygote.alive()
         if launcher_lost:
             domain.stop()  # the next job starts a new launcher
-        ranks = [self._rank_result(job, job_dir, rank, status.get(rank)) for rank in range(job.layout.world_size)]
+        ranks = [self._rank_result(job, job_dir, rank, status.get(rank)) for rank in job.script_ranks]
+        witness = None if job.witness is None else witness_report(parts, status.get(job.layout.world_size - 1), timed_out, stage)
         caps = self._caps_hit(group.usage() if group is not None else None, domain)
         return JobResult(
             spec=job,
@@ -475,6 +492,8 @@ class LocalRunner:
             error=error,
             caps_hit=caps,
             notes=notes,
+            witness=witness,
+            witness_stage=stage,
         )
 
     def _admit(self, zygote: _Zygote, leader: int, group: JobGroup) -> str | None:
@@ -535,6 +554,31 @@ class LocalRunner:
             stderr_tail=read_text_tail(folder / "stderr", self.options.output_tail_bytes),
             stack=student_frames(faults, job_dir / "work") if faults else None,
         )
+
+
+WAITED_FOR = {
+    "": "your ranks to start the process group (init_process_group)",
+    "joined": "your rank 0 to build its DistributedDataParallel",
+    "ddp": "your ranks' all-reduces in backward",
+}
+
+
+def witness_report(parts: list[WitnessPart], status: str | None, timed_out: bool, stage: str = "") -> WitnessReport | str:
+    """The witness's report from its parts, or why there is none (`stage`: how far it got)."""
+    if not parts:
+        waited = WAITED_FOR.get(stage, "")
+        if timed_out and status is None:
+            return f"it was still waiting for {waited} when the run timed out"
+        return f"it was stopped ({status or 'unseen'}) while it waited for {waited}, after they had ended"
+    total = parts[0].parts
+    data = {part.part: part.data for part in parts if part.parts == total}
+    if sorted(data) != list(range(total)):
+        return f"it sent {len(data)} of {total} parts of its report"
+    try:
+        unpacked = zlib.decompressobj().decompress(base64.b64decode("".join(data[i] for i in range(total)), validate=True), MAX_WITNESS_REPORT)
+        return parse_witness_report(unpacked)
+    except (ValueError, zlib.error, BadMessage) as exc:
+        return f"its report could not be read: {exc}"
 
 
 def _size(path: Path) -> int:

@@ -108,7 +108,7 @@ def _load_runs(top: _Node) -> tuple[RunDef, ...]:
     runs: list[RunDef] = []
     for index, item in enumerate(items):
         node = _Node(top.file, f"runs[{index}]", item)
-        node.only("name", "nodes", "ranks_per_node", "virtual_gpus", "script", "args", "solution")
+        node.only("name", "nodes", "ranks_per_node", "virtual_gpus", "script", "args", "solution", "witness")
         name = node.get("name", "a name (letters, digits, _ . -)", _name)
         if any(r.name == name for r in runs):
             raise SpecError(top.file, node.key("name"), "a name no other run has", name)
@@ -124,6 +124,7 @@ def _load_runs(top: _Node) -> tuple[RunDef, ...]:
                 script=node.get("script", "the file name of a script of the submission", _script, None),
                 args=_load_args(node.child("args", default={})),
                 solution=node.get("solution", "a practical's id (its reference solution runs instead of the submission)", _practical_id, None),
+                witness=node.get("witness", "true or false (the last rank is the grader's witness; it needs 2 ranks or more)", lambda v: isinstance(v, bool) and (not v or layout.world_size >= 2), False),
             )
         )
     return tuple(runs)

@@ -21,6 +21,7 @@ class RunDef:
     script: str | None = None  # another script than the assignment's
     args: Mapping[str, Any] = field(default_factory=dict)  # arguments that differ in this run
     solution: str | None = None  # run this practical's reference solution, not the submission (its own args only)
+    witness: bool = False  # the last rank is the grader's witness (the practical's `witness_plan`), not the script
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,42 @@
+"""The grader's witness rank (grader/probe/witness.py) without processes: how it finds rank 0's
+DDP options in a file the submission can write, and how it words what stopped it. (Witnessed
+gradings are in test_p6_grading.py, with the forgery corpus of p6_forgeries.py.)"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.probe.events import Backward, DdpArgs, Exit, InitPg, to_json
+from grader.probe.witness import explain, peer_ddp_args
+
+OPTIONS = DdpArgs(t=0.1, seq=2, step=0, find_unused_parameters=True, static_graph=False, gradient_as_bucket_view=False, bucket_cap_mb=0.5)
+
+
+def lines(path: Path, *text: str) -> Path:
+    path.write_text("".join(line + "\n" for line in text))
+    return path
+
+
+def test_rank_0s_ddp_options_are_read_past_lines_the_recorder_does_not_write(tmp_path: Path) -> None:
+    path = lines(tmp_path / "r0", '{"kind": "ddp_args", "forged": 1}', "not json", to_json(InitPg(t=0.0, seq=1, step=0, requested="gloo", backend="gloo", rank=0, world_size=2)), to_json(OPTIONS))
+    assert peer_ddp_args(str(path), wait_s=1.0) == OPTIONS
+
+
+def test_the_witness_gives_up_at_once_when_rank_0_trains_or_ends_without_ddp(tmp_path: Path) -> None:
+    backward = to_json(Backward(t=0.2, seq=3, step=0, dur=0.01))
+    assert peer_ddp_args(str(lines(tmp_path / "a", backward, to_json(OPTIONS))), wait_s=30.0) == "your rank 0 ran backward without DistributedDataParallel"
+    ended = to_json(Exit(t=0.3, seq=4, step=0, how="returned", code=0))
+    assert peer_ddp_args(str(lines(tmp_path / "b", ended)), wait_s=30.0) == "your rank 0 ended without DistributedDataParallel"
+
+
+def test_without_options_the_witness_waits_its_time_and_says_so(tmp_path: Path) -> None:
+    assert peer_ddp_args(str(tmp_path / "never-written"), wait_s=0.1) == "your rank 0 built no DistributedDataParallel within 0.1 s of joining the process group"
+    (tmp_path / "half").write_text(to_json(OPTIONS))  # no end of line yet: still being written
+    assert peer_ddp_args(str(tmp_path / "half"), wait_s=0.1).startswith("your rank 0 built no")
+
+
+def test_what_stopped_the_witness_in_a_collective_is_said_plainly() -> None:
+    lost = RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:29059")
+    assert explain(lost, 10) == "your ranks ended or dropped their connections while it waited in a collective: they did not all-reduce what DDP does in every backward pass"
+    late = RuntimeError("[../unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation to complete")
+    assert explain(late, 10).startswith("your ranks made no matching collective within 10 s")
+    assert explain(ValueError("DDP expects same model across all ranks"), 10) == "ValueError: DDP expects same model across all ranks"
