@@ -26,6 +26,7 @@ import faulthandler
 import math
 import os
 import signal
+import socket
 import time
 import zlib
 from typing import Any, Callable
@@ -85,6 +86,19 @@ def peer_ddp_args(path: str, wait_s: float) -> DdpArgs | str:
         time.sleep(POLL_S)
 
 
+def await_store(host: str, port: int, wait_s: float) -> None:
+    """Wait (up to `wait_s`) until rank 0's store listens: the witness starts before the script's
+    ranks have imported anything, and a store client that comes too early backs off for up to a
+    second before it tries again (measured: 0.4-0.7 s added to a launch)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=POLL_S):
+                return
+        except OSError:
+            time.sleep(POLL_S / 2)
+
+
 def witness_parts(job: str, report: WitnessReport) -> list[str]:
     """The report as `witness` answer lines (each with its newline)."""
     data = base64.b64encode(zlib.compress(witness_report_line(report).encode(), 6)).decode()
@@ -123,6 +137,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None]) -> Witne
         torch.set_num_threads(max(int(os.environ["OMP_NUM_THREADS"]), 1))
     timeout = datetime.timedelta(seconds=plan.wait_s)
     try:
+        await_store(os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "0") or 0), plan.wait_s)
         dist.init_process_group("gloo", timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - whatever stops the witness is its report
         return report(f"it could not join your process group: {explain(exc, plan.wait_s)}")
