@@ -243,6 +243,13 @@ def witness_of(run: JobResult) -> WitnessReport | str | None:
     return seen
 
 
+def witness_failure(run: JobResult, seen: str) -> str:
+    """The line for a run whose witness saw nothing usable (`seen`, from witness_of): when it was
+    stopped before it could say why, the ranks' ends (a crash, a TODO) explain more."""
+    stopped = run.witness is None or isinstance(run.witness, str)
+    return (failures.explain(run) if stopped else None) or seen
+
+
 def _claimed(rank: RankResult, steps: int) -> str:
     """What a rank's own records say of its all-reduces, for a verdict that disagrees with them."""
     pattern = allreduce_pattern(rank, steps) if steps else []
@@ -259,10 +266,7 @@ def witnessed_grads(run: JobResult, refs: Sequence[Trajectory], batch: int, rtol
     claimed = gradient_steps(run.ranks[0])
     steps = len(claimed)
     if isinstance(seen, str):
-        # without the witness's own word (it was stopped), the ranks' ends explain more: a crash, a TODO
-        lost = run.witness is None or isinstance(run.witness, str)
-        crash = failures.explain(run) if lost else None
-        return False, crash or f"{seen} ({_claimed(run.ranks[0], steps)})"
+        return False, witness_failure(run, f"{seen} ({_claimed(run.ranks[0], steps)})")
     rank = run.layout.world_size - 1
     for step, grads in enumerate(seen.grads):
         diff = closest(named(seen.names, grads), refs, lambda r: r.grads[step], rtol, atol)
@@ -337,8 +341,7 @@ def params_sync(ctx: CheckContext) -> Verdict:
         refs: Sequence[Trajectory] = ctx.references[run.spec.name]
         seen = witness_of(run)
         if isinstance(seen, str):
-            lost = run.witness is None or isinstance(run.witness, str)
-            return False, (failures.explain(run) if lost else None) or seen
+            return False, witness_failure(run, seen)
         if seen is not None:
             diff = closest(named(seen.names, seen.params), refs, lambda r: r.params[steps - 1], rtol, atol) if len(seen.step_ends) == steps else None
             if diff is None or not diff.ok:

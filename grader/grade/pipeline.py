@@ -379,7 +379,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 driver=prepared.driver and not solution,
                 private=solution is not None,
                 # on a machine with CUDA the ranks take NCCL, which a gloo witness cannot join (a NCCL witness on a GPU of its own is not built yet)
-                witness=practical.module.witness_plan({**args, **run.args}, run, run_timeout) if run.witness and not env["cuda_gpus"] else None,
+                witness=practical.module.witness_plan(merged_args(args, run), run, run_timeout) if run.witness and not env["cuda_gpus"] else None,
             )
 
         referenced = reference_launched(practical, graded, runs)

@@ -30,8 +30,9 @@ WITNESS_WAIT_S = 10.0  # the longest the witness waits for rank 0's DDP or in on
 
 
 def witness_plan(args: Mapping[str, Any], run: RunDef, timeout_s: float) -> WitnessPlan:
-    """The witness of a run: the last rank, training on the last shard of every global batch
-    (gradients and parameters reported unless the run is only timed: its `steps` exceed 5)."""
+    """The witness of a run: the last rank, training on the last shard of every global batch;
+    gradients and parameters reported for models of at most 65536 first-layer weights (the
+    correctness runs), only step times for the larger timed workload."""
     world, batch = run.layout.world_size, int(args["batch_size"])
     shard = batch // world
     return WitnessPlan(

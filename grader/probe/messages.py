@@ -57,7 +57,6 @@ class WitnessReport:
     rank: int
     ddp_options: dict[str, str]  # the submission's DDP options the witness took on
     allreduces: tuple[int, ...]  # per backward
-    allreduce_numel: tuple[int, ...]  # per backward: the elements all-reduced
     step_ends: tuple[float, ...]  # per optimizer step, seconds of the witness's monotonic clock
     names: tuple[str, ...]
     grads: tuple[tuple[tuple[Value, ...], ...], ...]  # per step, per parameter (empty without `values`)

@@ -118,14 +118,13 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None]) -> Witne
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
-    seen: dict[str, Any] = {"options": {}, "allreduces": [], "numel": [], "ends": [], "grads": [], "names": (), "params": ()}
+    seen: dict[str, Any] = {"options": {}, "allreduces": [], "ends": [], "grads": [], "names": (), "params": ()}
 
     def report(error: str | None) -> WitnessReport:
         return WitnessReport(
             rank=rank,
             ddp_options=seen["options"],
             allreduces=tuple(seen["allreduces"]),
-            allreduce_numel=tuple(seen["numel"]),
             step_ends=tuple(seen["ends"]),
             names=tuple(seen["names"]),
             grads=tuple(seen["grads"]),
@@ -153,11 +152,10 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None]) -> Witne
         torch.manual_seed(plan.seed)
         model = template_mlp(plan.dim, plan.hidden)
         ddp = DistributedDataParallel(model, device_ids=None, **chosen)
-        counts = {"calls": 0, "numel": 0}
+        counts = {"calls": 0}
 
         def counted(state, bucket):  # type: ignore[no-untyped-def] # DDP refuses a bucket annotated other than dist.GradBucket
             counts["calls"] += 1
-            counts["numel"] += bucket.buffer().numel()
             return allreduce_hook(state, bucket)
 
         reached("ddp")
@@ -170,10 +168,9 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None]) -> Witne
             x, y = global_batch(plan.seed, step, plan.batch_size, plan.dim)
             loss = torch.nn.functional.mse_loss(ddp(x[rows]), y[rows])
             optimizer.zero_grad(set_to_none=True)
-            counts.update(calls=0, numel=0)
+            counts["calls"] = 0
             loss.backward()
             seen["allreduces"].append(counts["calls"])
-            seen["numel"].append(counts["numel"])
             if plan.values:
                 seen["grads"].append(tuple(_values(p.grad) if p.grad is not None else () for p in model.parameters()))
             optimizer.step()
