@@ -39,7 +39,7 @@ VARIANTS = (
         "mean_per_micro_batch_divided_by_their_number",
         ((SCRIPT, MEAN, "loss_fn = nn.MSELoss()"), (SCRIPT, LOSS, "            loss = loss_fn(out, my.to(stage2_device)) / len(pieces)\n")),
         frozenset({"grad_sync", "params_sync"}),
-        {"grad_sync": "uneven (1 node × 2 ranks, 4 virtual GPUs): gradients are the same on every rank but not the full-batch gradient"},
+        {"grad_sync": "uneven (1 node × 2 ranks, 4 virtual GPUs, rank 1 the grader's witness): step 0: the all-reduces of backward delivered to the grader's witness (rank 1) are not the full-batch gradient"},
     ),
     Variant(
         "micro_batch_count_wrong",
@@ -71,4 +71,41 @@ TUTORIAL_VARIANT = Variant(
         (SCRIPT, STAGE2, "stage2_device = local_rank + local_world_size"),
     ),
     frozenset(),
+)
+
+WRAP = "    model = DDP(model, device_ids=None)\n"
+MICRO_BATCH = (
+    "        with model.no_sync() if ddp and not last else nullcontext():\n"
+    "            out = model(mx)\n"
+    "            loss = loss_fn(out, my.to(stage2_device)) / shard\n"
+    "            loss.backward()\n"
+)
+
+# Correct, written other ways than the reference: each keeps every point (untimed: 18), and the
+# grader's witness takes part in their all-reduces.
+UNUSUAL_VARIANTS = (
+    Variant(
+        "find_unused_parameters_per_rank_seeds_get_rank_and_chatty_ranks",
+        (
+            (SCRIPT, WRAP, "    model = DDP(model, device_ids=None, find_unused_parameters=True, bucket_cap_mb=1)\n"),
+            (SCRIPT, "torch.manual_seed(seed)\n", "torch.manual_seed(seed + rank)  # DDP copies rank 0's weights to every rank\n"),
+            (SCRIPT, 'rank = int(os.environ["RANK"])', "rank = dist.get_rank()"),
+            (SCRIPT, "    optimizer.step()\n", "    print(f'rank {rank} step {step}', flush=True)\n    optimizer.step()\n"),
+        ),
+        frozenset(),
+    ),
+    Variant(
+        "bucket_views_no_sync_as_an_if_and_a_barrier",  # (static_graph with no_sync trips an internal assert of torch 2.13's reducer)
+        (
+            (SCRIPT, WRAP, "    model = DDP(model, device_ids=None, gradient_as_bucket_view=True)\n"),
+            (
+                SCRIPT,
+                MICRO_BATCH,
+                "        if ddp and not last:\n            with model.no_sync():\n                loss = loss_fn(model(mx), my.to(stage2_device)) / shard\n                loss.backward()\n"
+                "        else:\n            loss = loss_fn(model(mx), my.to(stage2_device)) / shard\n            loss.backward()\n",
+            ),
+            (SCRIPT, "    dist.destroy_process_group()", "    dist.barrier()  # wait for every rank before leaving\n    dist.destroy_process_group()"),
+        ),
+        frozenset(),
+    ),
 )

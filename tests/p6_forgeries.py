@@ -5,6 +5,7 @@ message that names what the grader saw (its witness rank, grader/probe/witness.p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from variants import Variant
 
@@ -38,6 +39,17 @@ class Forgery:
     @property
     def name(self) -> str:
         return self.variant.name
+
+    def assert_fails_its_targets(self, practical: str, folder: Path, results: Path) -> None:
+        """Grade `folder` (this forgery, written) untimed: every targeted check scores 0 (as the
+        untouched template does) and its feedback holds the target's fragment."""
+        from helpers import checks_by_id, grade_in_process
+
+        extra = ["--timeout", str(self.variant.timeout_s)] if self.variant.timeout_s else []
+        checks = checks_by_id(grade_in_process(practical, folder, results, *extra))
+        for check_id, fragment in self.targets.items():
+            assert checks[check_id]["status"] == "failed" and checks[check_id]["score"] == 0, (check_id, checks[check_id]["output"])
+            assert fragment in checks[check_id]["output"], (check_id, checks[check_id]["output"])
 
 
 def forgery(name: str, edits: tuple[tuple[str, str, str], ...], targets: dict[str, str], hangs: bool = False) -> Forgery:

@@ -1,12 +1,15 @@
 """p10 end to end: DDP over two-stage models on four virtual GPUs, micro-batches, answers."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from helpers import ROOT, assert_loses_exactly, checks_by_id, grade_in_process, run_cli
-from p10_variants import ALL_CHECKS, TUTORIAL_VARIANT, VARIANTS
+from p10_forgeries import FORGERIES, REPLAY
+from p10_variants import ALL_CHECKS, TUTORIAL_VARIANT, UNUSUAL_VARIANTS, VARIANTS
+from p6_forgeries import Forgery
 from variants import Variant
 
 pytestmark = pytest.mark.slow
@@ -20,7 +23,7 @@ def test_reference_solution_gets_full_marks(tmp_path: Path, capsys: pytest.Captu
     assert results["score"] == 20
     assert "main (1 node × 2 ranks, 4 virtual GPUs): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3" in checks["stage_placement"]["output"]
     assert "2x2 (2 nodes × 2 ranks, 4 virtual GPUs each): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3, rank 2→cuda:0+cuda:2" in checks["stage_placement"]["output"]
-    assert checks["sync_pattern"]["extra_data"]["allreduce_per_micro_batch"] == {"main": [0, 0, 0, 1], "uneven": [0, 0, 0, 1]}
+    assert checks["sync_pattern"]["extra_data"]["allreduce_per_micro_batch"] == {"main": [0, 0, 0, 1], "m2": [0, 1], "uneven": [0, 0, 0, 1]}
 
 
 def test_a_submission_with_int_devices_like_pytorchs_ddp_tutorial_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -53,3 +56,44 @@ def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path
     assert_loses_exactly(results, variant.loses, variant.messages)
     if variant.name == "sync_on_every_micro_batch":
         assert checks_by_id(results)["sync_pattern"]["score"] == 1.5  # half of 3: right result, wasted communication
+
+
+@pytest.fixture(scope="module")
+def earlier_records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The records of an earlier run of the reference solution (another seed), per rank, as a
+    student gets them from `grader observe`."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("earlier")
+    shutil.copy(ROOT / "solutions" / "p10" / "p10_hybrid.py", folder)
+    out = folder / "out"
+    done = run_cli("observe", "--virtual-gpus", "4", "--out", str(out), "--", sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(folder / "p10_hybrid.py"), "--steps=2", "--seed=7")
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = {}
+    for path in (out / "events").glob("*.jsonl"):
+        first = json.loads(path.read_text().splitlines()[0])
+        records[f"rank{first['rank']}.jsonl"] = path.read_bytes()
+    assert set(records) == {"rank0.jsonl", "rank1.jsonl"}, records.keys()
+    return records
+
+
+@pytest.mark.parametrize("forgery", FORGERIES, ids=[f.name for f in FORGERIES])
+def test_a_forgery_scores_zero_on_every_check_it_targets_and_says_what_the_grader_saw(forgery: Forgery, earlier_records: dict[str, bytes], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """As p6's forgeries (test_p6_grading.py): the untouched template scores 0 on every check,
+    and so does each forgery on the checks it forges, with the witness's view in the feedback."""
+    folder = forgery.variant.write(tmp_path / forgery.name, "p10")
+    if forgery.name == REPLAY:
+        (folder / "earlier").mkdir()
+        for name, data in earlier_records.items():
+            (folder / "earlier" / name).write_bytes(data)
+    forgery.assert_fails_its_targets("p10", folder, tmp_path / "r.json")
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("variant", UNUSUAL_VARIANTS, ids=[v.name for v in UNUSUAL_VARIANTS])
+def test_a_correct_but_unusual_submission_keeps_every_point_beside_the_witness(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    results = grade_in_process("p10", variant.write(tmp_path / variant.name, "p10"), tmp_path / "r.json")
+    capsys.readouterr()
+    assert results["score"] == 18, {k: v["output"] for k, v in checks_by_id(results).items() if v.get("status") == "failed"}
+    assert "the grader's witness took part in each" in checks_by_id(results)["grad_sync"]["output"]

@@ -1,12 +1,13 @@
 """The grader's witness rank (grader/probe/witness.py) without processes: how it finds rank 0's
-DDP options in a file the submission can write, and how it words what stopped it. (Witnessed
+DDP options, forward passes and optimizer steps in a file the submission can write, and how it
+words what stopped it. (Witnessed
 gradings are in test_p6_grading.py, with the forgery corpus of p6_forgeries.py.)"""
 from __future__ import annotations
 
 from pathlib import Path
 
-from grader.probe.events import Backward, DdpArgs, Exit, InitPg, to_json
-from grader.probe.witness import explain, peer_ddp_args
+from grader.probe.events import Backward, DdpArgs, DdpForward, Exit, InitPg, Optimizer, to_json
+from grader.probe.witness import PeerRecords, explain, peer_ddp_args
 
 OPTIONS = DdpArgs(t=0.1, seq=2, step=0, find_unused_parameters=True, static_graph=False, gradient_as_bucket_view=False, bucket_cap_mb=0.5)
 
@@ -18,20 +19,20 @@ def lines(path: Path, *text: str) -> Path:
 
 def test_rank_0s_ddp_options_are_read_past_lines_the_recorder_does_not_write(tmp_path: Path) -> None:
     path = lines(tmp_path / "r0", '{"kind": "ddp_args", "forged": 1}', "not json", to_json(InitPg(t=0.0, seq=1, step=0, requested="gloo", backend="gloo", rank=0, world_size=2)), to_json(OPTIONS))
-    assert peer_ddp_args(str(path), wait_s=1.0) == OPTIONS
+    assert peer_ddp_args(PeerRecords(str(path)), wait_s=1.0) == OPTIONS
 
 
 def test_the_witness_gives_up_at_once_when_rank_0_trains_or_ends_without_ddp(tmp_path: Path) -> None:
     backward = to_json(Backward(t=0.2, seq=3, step=0, dur=0.01))
-    assert peer_ddp_args(str(lines(tmp_path / "a", backward, to_json(OPTIONS))), wait_s=30.0) == "your rank 0 ran backward without DistributedDataParallel"
+    assert peer_ddp_args(PeerRecords(str(lines(tmp_path / "a", backward, to_json(OPTIONS)))), wait_s=30.0) == "your rank 0 ran backward without DistributedDataParallel"
     ended = to_json(Exit(t=0.3, seq=4, step=0, how="returned", code=0))
-    assert peer_ddp_args(str(lines(tmp_path / "b", ended)), wait_s=30.0) == "your rank 0 ended without DistributedDataParallel"
+    assert peer_ddp_args(PeerRecords(str(lines(tmp_path / "b", ended))), wait_s=30.0) == "your rank 0 ended without DistributedDataParallel"
 
 
 def test_without_options_the_witness_waits_its_time_and_says_so(tmp_path: Path) -> None:
-    assert peer_ddp_args(str(tmp_path / "never-written"), wait_s=0.1) == "your rank 0 built no DistributedDataParallel within 0.1 s of joining the process group"
+    assert peer_ddp_args(PeerRecords(str(tmp_path / "never-written")), wait_s=0.1) == "your rank 0 built no DistributedDataParallel within 0.1 s of joining the process group"
     (tmp_path / "half").write_text(to_json(OPTIONS))  # no end of line yet: still being written
-    assert peer_ddp_args(str(tmp_path / "half"), wait_s=0.1).startswith("your rank 0 built no")
+    assert peer_ddp_args(PeerRecords(str(tmp_path / "half")), wait_s=0.1).startswith("your rank 0 built no")
 
 
 def test_what_stopped_the_witness_in_a_collective_is_said_plainly() -> None:
@@ -40,3 +41,18 @@ def test_what_stopped_the_witness_in_a_collective_is_said_plainly() -> None:
     late = RuntimeError("[../unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation to complete")
     assert explain(late, 10).startswith("your ranks made no matching collective within 10 s")
     assert explain(ValueError("DDP expects same model across all ranks"), 10) == "ValueError: DDP expects same model across all ranks"
+
+
+def test_the_witness_follows_rank_0s_forward_passes_and_steps_in_order_past_other_lines(tmp_path: Path) -> None:
+    """What the witness mirrors: each DDP forward (inside no_sync or not) and each optimizer step,
+    in the order rank 0 recorded them; a line still being written is not read yet."""
+    forwards = [DdpForward(t=0.1 * i, seq=i, step=0, sync=i == 3) for i in range(4)]
+    step = Optimizer(t=0.5, seq=5, step=0, dur=0.001, optimizer="SGD", names=(), values=None)
+    path = lines(tmp_path / "r0", to_json(OPTIONS), *(to_json(f) for f in forwards[:2]), '{"kind": "ddp_forward", "sync": "yes"}', to_json(Backward(t=0.2, seq=9, step=0, dur=0.01)), *(to_json(f) for f in forwards[2:]), to_json(step))
+    records = PeerRecords(str(path))
+    assert peer_ddp_args(records, wait_s=1.0) == OPTIONS
+    followed = [records.next((DdpForward, Optimizer), wait_s=1.0) for _ in range(5)]
+    assert followed == [*forwards, step]
+    with path.open("a") as handle:
+        handle.write(to_json(forwards[0]))  # no end of line yet
+    assert records.next((DdpForward, Optimizer), wait_s=0.05) is None

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class Variant:
     name: str
-    edits: tuple[tuple[str, str, str], ...]  # (file, old text, new text)
+    edits: tuple[tuple[str, str, str], ...]  # (file, old text, new text); old text '' adds a new file
     loses: frozenset[str]  # the checks it must fail; it must pass all the others
     messages: dict = field(default_factory=dict)  # check id -> a fragment its feedback must contain
     timeout_s: float | None = None  # a shorter run timeout for variants that hang
@@ -24,6 +24,9 @@ class Variant:
             path = folder / name
             if name.endswith(".ipynb"):
                 self._edit_notebook(path, old, new)
+                continue
+            if not old and not path.exists():  # a file of its own
+                path.write_text(new)
                 continue
             text = path.read_text()
             assert text.count(old) == 1, f"variant {self.name}: {old!r} is not exactly once in {name}"

@@ -276,12 +276,32 @@ def witnessed_grads(run: JobResult, refs: Sequence[Trajectory], batch: int, rtol
             rows = {f.inputs[0].shape[0] for r in run.ranks for f in model_forwards(r) if f.inputs[0].shape}
             whole = f" — your ranks each fed the whole batch to the model ({rows.pop()} rows), so what they sent is not their shard's gradient" if len(rows) == 1 and next(iter(rows)) == batch else ""
             return False, f"step {step}: the all-reduces of backward delivered to the grader's witness (rank {rank}) are not the full-batch gradient ({diff.describe()}){claim}{whole}"
-    if not seen.grads or not all(seen.allreduces):
-        return False, f"the grader's witness (rank {rank}) took part in no all-reduce in some backward pass (per step: {list(seen.allreduces)})"
-    recorded = allreduce_pattern(run.ranks[0], len(seen.allreduces))
-    if recorded != list(seen.allreduces):
-        return False, f"your processes' records say all-reduce calls per step: {recorded}; the grader's witness (rank {rank}) took part in {list(seen.allreduces)}"
+    per_step = [sum(passes) for passes in seen.allreduces]
+    if not seen.grads or not all(per_step):
+        return False, f"the grader's witness (rank {rank}) took part in no all-reduce in some step (per step: {per_step})"
+    recorded = allreduce_pattern(run.ranks[0], len(per_step))
+    if recorded != per_step:
+        return False, f"your processes' records say all-reduce calls per step: {recorded}; the grader's witness (rank {rank}) took part in {per_step}"
     return True, ""
+
+
+def gradient_hint(ctx: CheckContext, run: JobResult, grads: Named, ref: Trajectory) -> str:
+    """' — they are 1/2 of it: …' when a rank's first-step gradient is a known wrong multiple
+    of the full-batch gradient (averaged twice, summed, micro-batch losses not divided), else ''."""
+    factor = scale(grads, ref.grads[0])
+    world = run.layout.world_size
+    pieces = int(ctx.args_of(run).get(ctx.options["micro_batches_argument"], 0) or 0) if ctx.options["micro_batches_argument"] else 0
+    if factor is None:
+        return ""
+    if world > 1 and abs(factor - 1 / world) < 0.05 / world:
+        return f" — they are 1/{world} of it: averaged twice (DDP already averages; do not divide the loss or the gradients by the world size)"
+    if world > 1 and abs(factor - world) < 0.05 * world:
+        return f" — they are {world}× it: summed instead of averaged"
+    if pieces > 1 and abs(factor - pieces) < 0.1 * pieces:
+        return f" — they are about {pieces}× it: each micro-batch's loss must be divided so that the {pieces} micro-batches add up to one mean"
+    if pieces > 1 and abs(factor - 1) < 0.1:
+        return " — close but not equal: with micro-batches of unequal size a mean per micro-batch divided by their number is not the mean over the samples; sum the loss and divide by the rank's sample count"
+    return ""
 
 
 def grad_sync(ctx: CheckContext) -> Verdict:
@@ -294,9 +314,12 @@ def grad_sync(ctx: CheckContext) -> Verdict:
         refs: Sequence[Trajectory] = ctx.references[run.spec.name]
         ref = refs[0]
         witnessed = witnessed_grads(run, refs, int(ctx.args_of(run).get("batch_size", 0)), rtol, atol)
-        if witnessed is not None and not witnessed[0]:
-            return witnessed
         grads = {r.rank: gradient_steps(r) for r in run.ranks}
+        if witnessed is not None and not witnessed[0]:
+            own = grads[run.ranks[0].rank]
+            recorded = closest(own[0], refs, lambda r: r.grads[0], rtol, atol) if own else None
+            hint = gradient_hint(ctx, run, own[0], ref) if recorded is not None and not recorded.ok else ""
+            return False, witnessed[1] + (f" (your rank 0's own gradients{hint})" if hint else "")
         if not all(grads.values()):
             return missing(run, "an optimizer step")
         pattern = allreduce_pattern(run.ranks[0], len(grads[0]))
@@ -313,19 +336,7 @@ def grad_sync(ctx: CheckContext) -> Verdict:
                     return False, f"step {step}: gradients differ between rank 0 and rank {rank.rank} ({diff.describe()}); {calls}{hint}"
         diff = closest(grads[0][0], refs, lambda r: r.grads[0], rtol, atol)
         if not diff.ok:
-            factor = scale(grads[0][0], ref.grads[0])
-            world = run.layout.world_size
-            pieces = int(ctx.args_of(run).get(ctx.options["micro_batches_argument"], 0) or 0) if ctx.options["micro_batches_argument"] else 0
-            hint = ""
-            if factor is not None and world > 1 and abs(factor - 1 / world) < 0.05 / world:
-                hint = f" — they are 1/{world} of it: averaged twice (DDP already averages; do not divide the loss or the gradients by the world size)"
-            elif factor is not None and world > 1 and abs(factor - world) < 0.05 * world:
-                hint = f" — they are {world}× it: summed instead of averaged"
-            elif pieces > 1 and factor is not None and abs(factor - pieces) < 0.1 * pieces:
-                hint = f" — they are about {pieces}× it: each micro-batch's loss must be divided so that the {pieces} micro-batches add up to one mean"
-            elif pieces > 1 and factor is not None and abs(factor - 1) < 0.1:
-                hint = " — close but not equal: with micro-batches of unequal size a mean per micro-batch divided by their number is not the mean over the samples; sum the loss and divide by the rank's sample count"
-            return False, f"gradients are the same on every rank but not the full-batch gradient ({diff.describe()}){hint}; {calls}"
+            return False, f"gradients are the same on every rank but not the full-batch gradient ({diff.describe()}){gradient_hint(ctx, run, grads[0][0], ref)}; {calls}"
         return True, f"identical on all ranks, equal to the full-batch gradient; {calls}"
 
     return per_run(ctx, judge, "gradients are synchronised and equal to single-process training", {"allreduce_per_step": patterns})

@@ -3,7 +3,9 @@ two devices, micro-batches with gradient accumulation.
 
 Expected values come from the launch layout and the arguments the grader chose (micro_batches,
 world size, GPUs per node); observed values from the probe: parameter devices, forward and
-backward passes, and all-reduces, in the order they happened.
+backward passes, and all-reduces, in the order they happened. In a run with the grader's
+witness (grader/probe/witness.py) the all-reduces per micro-batch are those the witness took
+part in; records that say otherwise fail.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.checks.distributed import witness_failure, witness_of
 from grader.checks.runs import missing, per_run
 from grader.probe.events import AllReduce, Backward, Forward, Model, OptGrads
 from grader.run.job import JobResult, RankResult
@@ -136,6 +139,13 @@ def sync_pattern(ctx: CheckContext) -> Verdict:
 
     def judge(run: JobResult) -> tuple[bool, str, float]:
         pattern = allreduce_per_micro_batch(run.ranks[0], 0)
+        seen = witness_of(run)
+        if isinstance(seen, str):
+            return False, witness_failure(run, f"{seen} (your rank 0's records say all-reduces per micro-batch: {pattern})"), 0.0
+        if seen is not None:
+            witnessed = list(seen.allreduces[0]) if seen.allreduces else []
+            if witnessed != pattern:
+                return False, f"your processes' records say all-reduces per micro-batch: {pattern}; the grader's witness (rank {run.layout.world_size - 1}) took part in {witnessed}", 0.0
         patterns[run.spec.name] = pattern
         want = micro_batches(ctx, run)
         if not pattern:

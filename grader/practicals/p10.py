@@ -1,6 +1,7 @@
 """p10: hybrid parallelism. Checks from grader/checks/hybrid.py and, for the gradients,
 parameters and exit, grader/checks/distributed.py; the reference is single-process training
-of the template's two-stage model (its stages on the CPU)."""
+of the template's two-stage model (its stages on the CPU). The runs marked `witness` have the
+grader's witness as their last rank (grader/probe/witness.py)."""
 from __future__ import annotations
 
 from types import MappingProxyType
@@ -8,7 +9,9 @@ from typing import Any, Mapping, Sequence
 
 from grader.checks import distributed, hybrid, speed
 from grader.checks.distributed import Trajectory
-from grader.practicals.reference import data_parallel_references
+from grader.practicals.reference import data_parallel_references, data_parallel_witness
+from grader.probe.messages import WitnessPlan
+from grader.probe.witness import template_two_stage
 from grader.spec.model import RunDef
 
 CHECKS = MappingProxyType({**hybrid.CHECKS, **{k: distributed.CHECKS[k] for k in ("grad_sync", "params_sync", "clean_exit")}, "efficiency": speed.CHECKS["efficiency"]})
@@ -16,15 +19,9 @@ CHECKS = MappingProxyType({**hybrid.CHECKS, **{k: distributed.CHECKS[k] for k in
 
 def references(args: Mapping[str, Any], runs: Sequence[RunDef]) -> dict[str, tuple[Trajectory, ...]]:
     """The acceptable single-process trajectories of each run."""
-    from torch import nn
+    return data_parallel_references(args, runs, template_two_stage)
 
-    class TwoStageModel(nn.Module):  # the template's model, parameter names included
-        def __init__(self, dim: int, hidden: int) -> None:
-            super().__init__()
-            self.stage1 = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU())
-            self.stage2 = nn.Linear(hidden, 1)
 
-        def forward(self, x):
-            return self.stage2(self.stage1(x))
-
-    return data_parallel_references(args, runs, TwoStageModel)
+def witness_plan(args: Mapping[str, Any], run: RunDef, timeout_s: float) -> WitnessPlan:
+    """The witness of a run: the template's two-stage model, both stages on the CPU."""
+    return data_parallel_witness(args, run, timeout_s, "two_stage")

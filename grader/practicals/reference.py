@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from grader.checks.distributed import Trajectory
+from grader.probe.messages import WitnessPlan
 from grader.probe.witness import global_batch
 from grader.spec.model import RunDef
 
@@ -59,3 +60,29 @@ def data_parallel_references(args: Mapping[str, Any], runs: Sequence[RunDef], bu
                 cache[key] = sgd_trajectory(lambda: build(*widths), used=samples, **settings)
         result[run.name] = tuple(cache[(tuple(settings.items()), s)] for s in ((used,) if used == batch else (used, batch)))
     return result
+
+
+WITNESS_WAIT_S = 10.0  # the longest the witness waits for one of rank 0's records or in one collective (a step takes milliseconds)
+
+
+def data_parallel_witness(args: Mapping[str, Any], run: RunDef, timeout_s: float, model: str) -> WitnessPlan:
+    """The witness of a run (grader/probe/witness.py): the last rank, training the template's
+    `model` on the last shard of every global batch; gradients and parameters reported for
+    models of at most 65536 first-layer weights (the correctness runs), only step times for the
+    larger timed workloads."""
+    world, batch = run.layout.world_size, int(args["batch_size"])
+    shard = batch // world
+    return WitnessPlan(
+        seed=int(args["seed"]),
+        batch_size=batch,
+        dim=int(args["dim"]),
+        hidden=int(args["hidden"]),
+        steps=int(args["steps"]),
+        lr=float(args["lr"]),
+        first_row=(world - 1) * shard,
+        rows=shard,
+        values=int(args["dim"]) * int(args["hidden"]) <= 1 << 16,
+        model=model,
+        peer_records="",
+        wait_s=min(timeout_s / 3, WITNESS_WAIT_S),
+    )

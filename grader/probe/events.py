@@ -161,6 +161,16 @@ class DdpArgs(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DdpForward(Event):
+    """A DistributedDataParallel's forward with gradients on is about to run: `sync` says
+    whether its backward will all-reduce (False inside no_sync: DDP decides at forward). The
+    grader's witness mirrors it, so that its collectives pair with the ranks'."""
+
+    kind: ClassVar[str] = "ddp_forward"
+    sync: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class CommHook(Event):
     """The script registered a DDP communication hook of its own (the recorder's hook calls
     it, so its buckets are still seen)."""
@@ -365,7 +375,7 @@ class Answers(Event):
 EVENTS: Mapping[str, type[Event]] = MappingProxyType({
     cls.kind: cls
     for cls in (
-        Process, InitPgCall, InitPg, DestroyPg, DdpArgs, Ddp, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
+        Process, InitPgCall, InitPg, DestroyPg, DdpArgs, Ddp, DdpForward, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
         AllReduce, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
     )
 })

@@ -30,9 +30,10 @@ class BadMessage(Malformed):
 
 @dataclass(frozen=True)
 class WitnessPlan:
-    """What the grader's witness rank does: the template's training (a two-layer MLP, SGD,
+    """What the grader's witness rank does: the template's training (its two-layer model, SGD,
     mean squared error on x, y ~ N(0, 1) from the step's generator), on rows
-    [first_row, first_row + rows) of every global batch, as one rank of the submission's job."""
+    [first_row, first_row + rows) of every global batch, as one rank of the submission's job;
+    its forward passes and optimizer steps follow those rank 0 records (`peer_records`)."""
 
     seed: int
     batch_size: int
@@ -43,20 +44,21 @@ class WitnessPlan:
     first_row: int
     rows: int
     values: bool  # report gradients and parameters (not for timed runs: only step times)
-    peer_records: str  # the event file of the submission's rank 0, where its DDP options appear
-    wait_s: float  # for the peers' DDP and for each collective
+    model: str  # the template's model, by its name in grader/probe/witness.py's MODELS
+    peer_records: str  # the event file of the submission's rank 0: its DDP options, forward passes, optimizer steps
+    wait_s: float  # for each of rank 0's records it follows, and in each collective
 
 
 @dataclass(frozen=True)
 class WitnessReport:
-    """What the witness saw: per backward pass, the all-reduces its DDP took part in and the
-    gradients they delivered; per optimizer step, the time it ended by the witness's clock;
+    """What the witness saw: per optimizer step, the all-reduces its DDP took part in in each
+    backward pass, the gradients they delivered, and the time the step ended by the witness's clock;
     its parameters after the last step; or `error`, why it stopped."""
 
     report: ClassVar[str] = "witness_report"
     rank: int
     ddp_options: dict[str, str]  # the submission's DDP options the witness took on
-    allreduces: tuple[int, ...]  # per backward
+    allreduces: tuple[tuple[int, ...], ...]  # per step, per backward pass
     step_ends: tuple[float, ...]  # per optimizer step, seconds of the witness's monotonic clock
     names: tuple[str, ...]
     grads: tuple[tuple[tuple[Value, ...], ...], ...]  # per step, per parameter (empty without `values`)

@@ -61,6 +61,7 @@ from grader.probe.events import (
     CommHook,
     Ddp,
     DdpArgs,
+    DdpForward,
     DestroyPg,
     E,
     EndState,
@@ -538,6 +539,8 @@ class Probe:
         stack = self._stack()
         fields = None
         try:
+            if not stack and isinstance(module, DistributedDataParallel) and torch.is_grad_enabled():
+                self.emit(DdpForward, sync=bool(module.require_backward_grad_sync))
             fields = self._call_fields(module, stack, args)
         except Exception as exc:  # noqa: BLE001
             self._failed("a forward hook", exc)

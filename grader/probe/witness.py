@@ -6,11 +6,14 @@ the run. It joins the process group the launcher's environment names, waits for 
 submission's rank 0 to announce its DDP options (the recorder's `ddp_args` event, written
 before DDP's first collective: options such as find_unused_parameters change which collectives
 DDP makes, and the witness must make the same ones), builds the template's model in a DDP of
-its own with those options, and trains on its shard of the grader's data. What the collectives
-deliver to it is the average of every rank's contribution: it equals the grader's full-batch
-gradient only if the submission's ranks really computed their shards' gradients and sent them
-in backward. Its communication hook counts the all-reduces of each backward pass; its own
-clock times each step, and in a synchronous all-reduce it waits for the slowest rank.
+its own with those options, and trains on its shard of the grader's data, one forward pass
+for each of rank 0's (`ddp_forward` events say whether each was inside no_sync) and one
+optimizer step for each of rank 0's. What the collectives deliver to it is the average of
+every rank's contribution: it equals the grader's full-batch gradient only if the submission's
+ranks really computed their shards' gradients and sent them in backward. Its communication
+hook counts the all-reduces of each backward pass; its own clock times each step, and in a
+synchronous all-reduce it waits for the slowest rank. Records that lie about when rank 0
+synchronises only make the witness's collectives mismatch the ranks' (a timeout, reported).
 
 What protects it: it is forked from the launcher, which is not dumpable, so processes of the
 submission (the same uid in the same sandbox) can neither read nor write its memory nor open
@@ -29,14 +32,17 @@ import signal
 import socket
 import time
 import zlib
+from collections import deque
+from contextlib import nullcontext
 from typing import Any, Callable
 
-from grader.probe.events import AllReduce, Backward, DamagedRecords, DdpArgs, EndState, Exit, Optimizer, parse_line
+from grader.probe.events import AllReduce, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Optimizer, parse_line
 from grader.probe.messages import WITNESS_PART_CHARS, WitnessPart, WitnessPlan, WitnessReport, WitnessStage, answer_line, witness_report_line
 from grader.probe.typed import clip
 
-PEER_READ_BYTES = 4 << 20  # of the submission's event file, while looking for its DDP options
-POLL_S = 0.02
+PEER_READ_BYTES = 64 << 20  # of the submission's event file: what the witness follows comes early in it
+PEER_CHUNK_BYTES = 1 << 20  # read at once
+POLL_S = 0.0005  # between looks at the file: the witness starts each forward pass this much after rank 0 at most
 # events of rank 0 that come after DDP is built, in a script that builds one: seen first, there is none
 WITHOUT_DDP = {Backward: "ran backward", AllReduce: "all-reduced", Optimizer: "took an optimizer step", Exit: "ended", EndState: "ended"}
 
@@ -51,39 +57,94 @@ def global_batch(seed: int, step: int, batch_size: int, dim: int) -> Any:
 
 
 def template_mlp(dim: int, hidden: int) -> Any:
-    """The model of the data-parallel templates."""
+    """The model of p6's template."""
     from torch import nn
 
     return nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
 
 
-def peer_ddp_args(path: str, wait_s: float) -> DdpArgs | str:
-    """The first DDP options the submission's rank 0 announced in its event file, waiting up to
-    `wait_s`; or why none will come: the time passed, or rank 0 already trains (or ended)
-    without DDP. The file is the submission's to write: lines that are not events the recorder
-    writes are passed over (a forged line can only make the witness give up sooner)."""
-    deadline = time.monotonic() + wait_s
-    done = 0  # bytes of whole lines already read
-    while True:
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(done)
-                lines = handle.read(max(PEER_READ_BYTES - done, 0)).split(b"\n")[:-1]  # a last line without its end is still being written
-        except OSError:
-            lines = []
-        done += sum(len(line) + 1 for line in lines)
-        for line in lines:
+def template_two_stage(dim: int, hidden: int) -> Any:
+    """The model of p10's template, parameter names included, its stages on one device."""
+    from torch import nn
+
+    class TwoStageModel(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stage1 = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU())
+            self.stage2 = nn.Linear(hidden, 1)
+
+        def forward(self, x: Any) -> Any:
+            return self.stage2(self.stage1(x))
+
+    return TwoStageModel()
+
+
+MODELS: dict[str, Callable[[int, int], Any]] = {"mlp": template_mlp, "two_stage": template_two_stage}
+
+
+class PeerRecords:
+    """The submission's rank 0 event file, read as it grows (up to PEER_READ_BYTES). The file is
+    the submission's to write: lines that are not events the recorder writes are passed over,
+    and what the witness follows in it only decides when the witness takes part in a
+    collective, never what it computes (a forged line can only make the collectives mismatch)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.done = 0  # bytes of whole lines already read
+        self.fd: int | None = None
+        self.pending: deque[bytes] = deque()
+
+    def _more(self) -> None:
+        if self.fd is None:
             try:
-                event = parse_line(line)
-            except DamagedRecords:
-                continue
-            if isinstance(event, DdpArgs):
-                return event
-            if isinstance(event, tuple(WITHOUT_DDP)):
-                return f"your rank 0 {WITHOUT_DDP[type(event)]} without DistributedDataParallel"
-        if time.monotonic() >= deadline:
-            return f"your rank 0 built no DistributedDataParallel within {wait_s:g} s of joining the process group"
-        time.sleep(POLL_S)
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                return
+        try:
+            data = os.pread(self.fd, min(PEER_CHUNK_BYTES, PEER_READ_BYTES - self.done), self.done)
+        except OSError:
+            return
+        lines = data.split(b"\n")[:-1]  # a last line without its end is still being written
+        self.done += sum(len(line) + 1 for line in lines)
+        self.pending.extend(lines)
+
+    def next(self, kinds: tuple[type, ...], wait_s: float) -> Any:
+        """The next event of one of `kinds` (those of other kinds are skipped), or None when none
+        came within `wait_s`."""
+        names = [kind.kind.encode() for kind in kinds]
+        deadline = time.monotonic() + wait_s
+        while True:
+            while self.pending:
+                line = self.pending.popleft()
+                if not any(name in line for name in names):
+                    continue
+                try:
+                    event = parse_line(line)
+                except DamagedRecords:
+                    continue
+                if isinstance(event, kinds):
+                    return event
+            if time.monotonic() >= deadline:
+                return None
+            self._more()
+            if not self.pending:
+                time.sleep(POLL_S)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def peer_ddp_args(records: PeerRecords, wait_s: float) -> DdpArgs | str:
+    """The first DDP options the submission's rank 0 announced, waiting up to `wait_s`; or why
+    none will come: the time passed, or rank 0 already trains (or ended) without DDP."""
+    event = records.next((DdpArgs, *WITHOUT_DDP), wait_s)
+    if event is None:
+        return f"your rank 0 built no DistributedDataParallel within {wait_s:g} s of joining the process group"
+    if isinstance(event, DdpArgs):
+        return event
+    return f"your rank 0 {WITHOUT_DDP[type(event)]} without DistributedDataParallel"
 
 
 def await_store(host: str, port: int, wait_s: float) -> None:
@@ -110,9 +171,17 @@ def _values(tensor: Any) -> tuple[float, ...]:
     return tuple(tensor.detach().double().reshape(-1).tolist())
 
 
-def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None]) -> WitnessReport:
-    """Join the job's process group and train as the plan says; the report of what was seen
-    (with `error` set when something stopped it)."""
+def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Callable[[WitnessReport], None]) -> None:
+    """Join the job's process group and train as the plan says, following rank 0's forward
+    passes and optimizer steps; `send` the report of what was seen once the plan's steps are
+    taken (or `error` set, when something stopped it), then follow rank 0 to its end.
+
+    Each forward pass of rank 0's DDP (with gradients on) is mirrored by one of the witness's,
+    inside no_sync exactly when rank 0's was (DDP decides at forward whether its backward
+    all-reduces), and each optimizer step by one of its own. The witness feeds its whole shard
+    in the first forward pass of a step and no rows in the others: all-reduces average, so the
+    gradient after the step's last all-reduce is the average of every rank's whole-shard
+    gradient however the ranks cut their shards into micro-batches."""
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -124,7 +193,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None]) -> Witne
         return WitnessReport(
             rank=rank,
             ddp_options=seen["options"],
-            allreduces=tuple(seen["allreduces"]),
+            allreduces=tuple(tuple(step) for step in seen["allreduces"]),
             step_ends=tuple(seen["ends"]),
             names=tuple(seen["names"]),
             grads=tuple(seen["grads"]),
@@ -132,6 +201,8 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None]) -> Witne
             error=clip(error, 2000) if error else None,
         )
 
+    if plan.model not in MODELS:
+        return send(report(f"the grader has no model {plan.model!r}"))
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # as the ranks do (grader/probe/rank.py)
         torch.set_num_threads(max(int(os.environ["OMP_NUM_THREADS"]), 1))
     timeout = datetime.timedelta(seconds=plan.wait_s)
@@ -139,18 +210,19 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None]) -> Witne
         await_store(os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "0") or 0), plan.wait_s)
         dist.init_process_group("gloo", timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - whatever stops the witness is its report
-        return report(f"it could not join your process group: {explain(exc, plan.wait_s)}")
+        return send(report(f"it could not join your process group: {explain(exc, plan.wait_s)}"))
     reached("joined")
+    records = PeerRecords(plan.peer_records)
     try:
-        options = peer_ddp_args(plan.peer_records, plan.wait_s)
+        options = peer_ddp_args(records, plan.wait_s)
         if isinstance(options, str):
-            return report(options)
+            return send(report(options))
         chosen = {"find_unused_parameters": options.find_unused_parameters, "static_graph": options.static_graph, "gradient_as_bucket_view": options.gradient_as_bucket_view}
         if options.bucket_cap_mb is not None and math.isfinite(options.bucket_cap_mb) and options.bucket_cap_mb > 0:
             chosen["bucket_cap_mb"] = options.bucket_cap_mb
         seen["options"] = {key: str(value) for key, value in chosen.items()}
         torch.manual_seed(plan.seed)
-        model = template_mlp(plan.dim, plan.hidden)
+        model = MODELS[plan.model](plan.dim, plan.hidden)
         ddp = DistributedDataParallel(model, device_ids=None, **chosen)
         counts = {"calls": 0}
 
@@ -161,27 +233,52 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None]) -> Witne
         reached("ddp")
         ddp.register_comm_hook(None, counted)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=plan.lr)
-        names = [name for name, _ in model.named_parameters()]
-        seen["names"] = tuple(names)
+        seen["names"] = tuple(name for name, _ in model.named_parameters())
         rows = slice(plan.first_row, plan.first_row + plan.rows)
-        for step in range(plan.steps):
-            x, y = global_batch(plan.seed, step, plan.batch_size, plan.dim)
-            loss = torch.nn.functional.mse_loss(ddp(x[rows]), y[rows])
-            optimizer.zero_grad(set_to_none=True)
+        passes: list[int] = []  # all-reduces of each backward pass of the step under way
+
+        def forward(sync: bool) -> None:
+            x, y = global_batch(plan.seed, len(seen["ends"]), plan.batch_size, plan.dim)
+            mine = rows if not passes else slice(0, 0)  # the whole shard in the step's first pass
             counts["calls"] = 0
-            loss.backward()
-            seen["allreduces"].append(counts["calls"])
-            if plan.values:
+            with nullcontext() if sync else ddp.no_sync():
+                loss = torch.nn.functional.mse_loss(ddp(x[mine]), y[mine], reduction="sum") / max(plan.rows, 1)
+                loss.backward()
+            passes.append(counts["calls"])
+
+        def step() -> None:
+            seen["allreduces"].append(tuple(passes))
+            if plan.values and len(seen["ends"]) < plan.steps:
                 seen["grads"].append(tuple(_values(p.grad) if p.grad is not None else () for p in model.parameters()))
             optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
             seen["ends"].append(time.monotonic())
+            passes.clear()
+
+        while len(seen["ends"]) < plan.steps:
+            event = records.next((DdpForward, Optimizer, Exit, EndState), plan.wait_s)
+            taken = len(seen["ends"])
+            if isinstance(event, (Exit, EndState)):
+                return send(report(f"your rank 0 ended after {taken} of {plan.steps} optimizer steps"))
+            if event is None:
+                return send(report(
+                    f"your rank 0 recorded no forward pass of its DDP and no optimizer step for {plan.wait_s:g} s, after {taken} of {plan.steps} steps: "
+                    "was it waiting in a collective of its own? Only DDP's all-reduces in backward are expected"
+                ))
+            if isinstance(event, DdpForward):
+                forward(event.sync)
+            else:
+                step()
         if plan.values:
             seen["params"] = tuple(_values(p) for p in model.parameters())
-        # no destroy_process_group: it talks to the store, which your rank 0 holds and may
-        # already have closed (then it waits out the timeout); the witness's exit ends its group
-        return report(None)
+        send(report(None))
+        follow(records, forward, step)
     except Exception as exc:  # noqa: BLE001 - whatever stops the witness is its report
-        return report(explain(exc, plan.wait_s))
+        return send(report(explain(exc, plan.wait_s)))
+    finally:
+        records.close()
+    # no destroy_process_group: it talks to the store, which your rank 0 holds and may
+    # already have closed (then it waits out the timeout); the witness's exit ends its group
 
 
 GLOO_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
@@ -198,15 +295,31 @@ def explain(exc: BaseException, wait_s: float) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
-def linger() -> None:
-    """Meet a final barrier of the submission's ranks, if they make one (many scripts do before
-    destroy_process_group); when they make none, their exit ends it. The report is sent by then."""
+LINGER_QUIET_S = 0.5  # after its report, rank 0 recording nothing this long: the witness meets a final barrier, if any
+
+
+def follow(records: PeerRecords, forward: Callable[[bool], None], step: Callable[[], None]) -> None:
+    """After the report: keep taking part as rank 0 records, so that a script that goes on
+    training (more optimizer steps than asked) is not left waiting for the witness, and meet a
+    final `dist.barrier()` (many scripts make one before destroy_process_group). Ends when rank
+    0 destroys its process group or ends, or after a barrier; an error ends it quietly (the
+    report is sent)."""
     import torch.distributed as dist
 
     try:
-        dist.barrier()
-    except Exception:  # noqa: BLE001 - the ranks left without a barrier: nothing more to see
-        pass
+        while True:
+            event = records.next((DdpForward, Optimizer, DestroyPg, Exit, EndState), LINGER_QUIET_S)
+            if event is None:
+                dist.barrier()
+                return
+            if isinstance(event, DdpForward):
+                forward(event.sync)
+            elif isinstance(event, Optimizer):
+                step()
+            else:
+                return
+    except Exception:  # noqa: BLE001 - the ranks left or did something else: nothing more to report
+        return
 
 
 def run_witness(job: str, rank: int, env: dict[str, str], plan: WitnessPlan, stdout: str, stderr: str) -> None:
@@ -225,10 +338,10 @@ def run_witness(job: str, rank: int, env: dict[str, str], plan: WitnessPlan, std
         def reached(stage: str) -> None:
             os.write(channel, (answer_line(WitnessStage(job=job, stage=stage)) + "\n").encode())
 
-        outcome = train(plan, rank, reached)
-        for line in witness_parts(job, outcome):
-            os.write(channel, line.encode())
-        if outcome.error is None:
-            linger()
+        def send(report: WitnessReport) -> None:
+            for line in witness_parts(job, report):
+                os.write(channel, line.encode())
+
+        train(plan, rank, reached, send)
     finally:
         os._exit(0)
