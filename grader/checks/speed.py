@@ -5,8 +5,9 @@ made, with inputs it chose; nothing a script prints is used. Each check compares
 measurement taken on the same machine in the same grading (the reference solution's launches,
 interleaved with the submission's), so a busy node slows both sides alike:
 
-- `efficiency`: the submission's step time (its best launch) is at most `max_ratio` × the
-  reference's (its median launch), per run (gradable anywhere, the CPU included);
+- `efficiency`: the submission's step time (the median of its launches) is at most
+  `max_ratio` × the reference's (the median of its launches), per run (gradable anywhere, the
+  CPU included);
 - `scaling`: the speedup of the parallel run over the single-device run is at least `fraction`
   of the reference's speedup — the one calibrated on this machine's GPU model and count
   (calibration/<practical>.yaml) when there is one, else the one measured in this grading;
@@ -49,8 +50,8 @@ def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurem
 
 def efficiency(ctx: CheckContext) -> Verdict:
     """Per timed run, the submission's step time is at most max_ratio × the reference
-    solution's, both measured in this grading: your best of k launches against the median of
-    the reference's k launches, interleaved with yours."""
+    solution's, both measured in this grading: the median of your k launches against the
+    median of the reference's k launches, interleaved with yours."""
     limit = float(ctx.options["max_ratio"])
     lines, data, passed = [], {}, True
     for run in ctx.runs:
@@ -62,7 +63,7 @@ def efficiency(ctx: CheckContext) -> Verdict:
             return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
         if not own.timed:
             return Verdict(False, f"{run.spec.name}: your script could not be timed: {own.problem}")
-        ratio = own.best_s / reference.typical_s
+        ratio = own.typical_s / reference.typical_s
         ok = ratio <= limit
         passed &= ok
         lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe()}, the reference {reference.describe()}")
@@ -75,7 +76,7 @@ def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any
     """Whether `efficiency` would fail on these launches though both sides were timed (more
     launches of both may still pass it; a crash or an untimed side is not a matter of doubt)."""
     own, reference = measure(timed.own, warmup), measure(timed.reference, warmup)
-    return own.timed and reference.timed and own.best_s / reference.typical_s > float(options["max_ratio"])
+    return own.timed and reference.timed and own.typical_s / reference.typical_s > float(options["max_ratio"])
 
 
 def _calibrated_speedup(ctx: CheckContext, baseline: str, parallel: str) -> float | None:
