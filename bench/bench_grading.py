@@ -19,7 +19,11 @@ on a machine with CUDA — the real-GPU path. Writes bench/RESULTS.md (and print
 4. The grader's witness (`--witness REV`, alone): a graded p6 with and without it, a planted
    1.5× slowdown hidden behind a forged clock (caught in ≥ 19 of 20), false fails under a busy
    core with it (0 of 20). Spliced into the results file.
-5. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
+5. Steady verdicts (`--steady N`, alone): every reference solution and every correct variant
+   the tests hold (tests/p*_variants.py: the correct-but-unusual ones, the tutorial-style
+   ones) graded N times in a row, timed; every grading must give full marks. Spliced into the
+   results file.
+6. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
    DataParallel step times, NVML readings, and the fidelity suite (virtual vs real devices).
 All ratios are measured in this one process run.
 """
@@ -276,6 +280,51 @@ def witness_section(revision: str, work: Path, repeats: int, gradings: int) -> l
     return lines
 
 
+def correct_submissions(work: Path) -> list[tuple[str, str, Path]]:
+    """(practical, name, folder) of every reference solution and every correct variant the
+    tests hold (a variant that loses no check)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import importlib
+
+    found = [(practical, "reference", ROOT / "solutions" / practical) for practical in PRACTICALS]
+    for practical in PRACTICALS:
+        module = importlib.import_module(f"{practical}_variants")
+        correct = [v for v in getattr(module, "VARIANTS", ()) if not v.loses] + list(getattr(module, "UNUSUAL_VARIANTS", ()))
+        correct += [module.TUTORIAL_VARIANT] if hasattr(module, "TUTORIAL_VARIANT") else []
+        found += [(practical, v.name, v.write(work / f"steady-{practical}-{v.name}", practical)) for v in correct]
+    return found
+
+
+def steady_section(work: Path, gradings: int) -> list[str]:
+    """Every reference solution and correct variant graded `gradings` times in a row, timed:
+    the Markdown section that says how many gradings fell short of full marks, and which checks."""
+    submissions = correct_submissions(work)
+    short: dict[str, list[str]] = {f"{p} {name}": [] for p, name, _ in submissions}
+    started = time.perf_counter()
+    for run in range(gradings):
+        for practical, name, folder in submissions:
+            _, document = grade(practical, work / "steady.json", "--seed", str(4000 + run), folder=folder)
+            lost = [t["tags"][0] for t in document["tests"] if t.get("status") == "failed"]
+            if lost or document["score"] < document["extra_data"]["max_score"]:
+                short[f"{practical} {name}"].append(f"grading {run + 1}: {', '.join(lost) or 'points short'}")
+    minutes = (time.perf_counter() - started) / 60
+    flaky = sum(len(found) for found in short.values())
+    lines = [
+        "## Steady verdicts: correct submissions graded again and again",
+        "",
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --steady {gradings}` ({minutes:.0f} min): "
+        f"every reference solution and every correct variant of the tests, graded {gradings} times in a row, timed, each with its own seed. "
+        f"**{flaky} of {gradings * len(submissions)}** gradings fell short of full marks (target 0).",
+        "",
+        "| practical | submission | gradings with full marks |",
+        "|---|---|---|",
+    ]
+    for practical, name, _ in submissions:
+        misses = short[f"{practical} {name}"]
+        lines.append(f"| {practical} | {name} | {gradings - len(misses)} of {gradings}{' — ' + '; '.join(misses[:3]) if misses else ''} |")
+    return [*lines, ""]
+
+
 def splice(text: str, section: list[str]) -> str:
     """`text` with the section that starts with the heading of `section` replaced by it (added
     before the GPU section when there is none)."""
@@ -297,8 +346,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
     parser.add_argument("--before", metavar="REV", help="also grade p6 with the grader of this commit, alternating with this checkout's (the cost of a change)")
     parser.add_argument("--witness", metavar="REV", help="only the witness's section: its cost against REV (a commit before it), a planted 1.5× slowdown and false fails, each --false-fail-runs gradings; spliced into --out")
+    parser.add_argument("--steady", type=int, metavar="N", help="only the steady-verdicts section: every reference solution and correct variant graded N times; spliced into --out")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+    if options.steady:
+        section = steady_section(work, options.steady)
+        old = options.out.read_text(encoding="utf-8") if options.out.exists() else "# Benchmarks\n"
+        options.out.write_text(splice(old, section), encoding="utf-8")
+        print("\n".join(section))
+        return
     if options.witness:
         section = witness_section(options.witness, work, options.repeat + 1, options.false_fail_runs)
         old = options.out.read_text(encoding="utf-8") if options.out.exists() else "# Benchmarks\n"

@@ -85,12 +85,17 @@ MICRO_BATCH = (
 # grader's witness takes part in their all-reduces.
 UNUSUAL_VARIANTS = (
     Variant(
-        "find_unused_parameters_per_rank_seeds_get_rank_and_chatty_ranks",
+        "find_unused_parameters_per_rank_seeds_get_rank_chatty_ranks_and_a_logged_loss",
         (
             (SCRIPT, WRAP, "    model = DDP(model, device_ids=None, find_unused_parameters=True, bucket_cap_mb=1)\n"),
             (SCRIPT, "torch.manual_seed(seed)\n", "torch.manual_seed(seed + rank)  # DDP copies rank 0's weights to every rank\n"),
             (SCRIPT, 'rank = int(os.environ["RANK"])', "rank = dist.get_rank()"),
             (SCRIPT, "    optimizer.step()\n", "    print(f'rank {rank} step {step}', flush=True)\n    optimizer.step()\n"),
+            (
+                SCRIPT,
+                "            loss.backward()\n    # END SOLUTION\n",
+                "            loss.backward()\n        if ddp:\n            logged = loss.detach().clone()\n            dist.all_reduce(logged)  # the loss summed over ranks, for the log\n    # END SOLUTION\n",
+            ),
         ),
         frozenset(),
     ),

@@ -1,7 +1,9 @@
 """Buggy versions of the p6 reference solution and the checks each must lose."""
 from __future__ import annotations
 
-from variants import Variant
+import textwrap
+
+from variants import ROOT, Variant
 
 SCRIPT = "p6_ddp.py"
 ALL_CHECKS = ("rank_setup", "device_mapping", "batch_shard", "grad_sync", "params_sync", "clean_exit")
@@ -134,3 +136,23 @@ UNUSUAL_VARIANTS = (
         frozenset(),
     ),
 )
+
+
+# Correct, with the training in a main() function (its variables are locals of main, not the
+# module's) and the loss all-reduced for the log every step, beside DDP's gradient all-reduces.
+_TAIL = (ROOT / "solutions" / "p6" / SCRIPT).read_text().split("# distributed setup", 1)[1]
+_LOGGED = "    loss.backward()  # DDP synchronises the gradients here, bucket by bucket\n"
+IN_MAIN_VARIANT = Variant(
+    "training_in_main_with_the_loss_all_reduced_for_the_log",
+    (
+        (
+            SCRIPT,
+            "# distributed setup" + _TAIL,
+            "def main():\n"
+            + textwrap.indent("# distributed setup" + _TAIL.replace(_LOGGED, _LOGGED + "    if ddp:\n        logged = loss.detach().clone()\n        dist.all_reduce(logged)  # the mean loss over ranks, for the log\n        logged /= world_size\n"), "    ")
+            + "\n\nif __name__ == \"__main__\":\n    main()\n",
+        ),
+    ),
+    frozenset(),
+)
+UNUSUAL_VARIANTS = (*UNUSUAL_VARIANTS, IN_MAIN_VARIANT)
