@@ -153,9 +153,10 @@ def test_identical_failures_in_every_run_collapse_to_one_line() -> None:
     assert verdict.details == ()
 
 
-def test_allreduce_pattern_counts_per_step() -> None:
+def test_allreduce_pattern_counts_ddps_gradient_all_reduces_per_step_not_the_scripts_own() -> None:
     run = ddp_run()
-    extra = AllReduce(t=0.2, seq=1000, step=1, dur=0.001, source="call", numel=4, bytes=16, bucket=None, async_op=False)
-    set_events(run.ranks[0], [*run.ranks[0].events, extra])
+    bucket = AllReduce(t=0.2, seq=1000, step=1, dur=0.001, source="ddp", numel=4, bytes=16, bucket=1, async_op=True)
+    logged = AllReduce(t=0.3, seq=1001, step=1, dur=0.001, source="call", numel=1, bytes=4, bucket=None, async_op=False)  # a loss for the log
+    set_events(run.ranks[0], [*run.ranks[0].events, bucket, logged])
     assert allreduce_pattern(run.ranks[0], 3) == [1, 2, 1]
     assert NAMES == ["0.weight", "0.bias"]

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.probe.events import Backward, DdpArgs, DdpForward, Exit, InitPg, Optimizer, to_json
-from grader.probe.witness import PeerRecords, explain, peer_ddp_args
+import pytest
+
+from grader.probe.events import AllReduce, AllReduceCall, Backward, DdpArgs, DdpForward, Exit, InitPg, Optimizer, to_json
+from grader.probe.witness import GaveUp, PeerRecords, explain, mirror_all_reduce, peer_ddp_args
 
 OPTIONS = DdpArgs(t=0.1, seq=2, step=0, find_unused_parameters=True, static_graph=False, gradient_as_bucket_view=False, bucket_cap_mb=0.5)
 
@@ -56,3 +58,21 @@ def test_the_witness_follows_rank_0s_forward_passes_and_steps_in_order_past_othe
     with path.open("a") as handle:
         handle.write(to_json(forwards[0]))  # no end of line yet
     assert records.next((DdpForward, Optimizer), wait_s=0.05) is None
+
+
+def test_rank_0s_own_all_reduces_before_its_ddp_are_taken_part_in_not_a_reason_to_give_up(tmp_path: Path) -> None:
+    call = AllReduceCall(t=0.05, seq=1, step=0, shape=(1,), dtype="float32", op="SUM", default_group=True)
+    taken: list[AllReduceCall] = []
+    path = lines(tmp_path / "r0", to_json(call), to_json(AllReduce(t=0.06, seq=2, step=0, dur=0.001, source="call", numel=1, bytes=4, bucket=None, async_op=False)), to_json(OPTIONS))
+    assert peer_ddp_args(PeerRecords(str(path)), wait_s=1.0, along=taken.append) == OPTIONS
+    assert taken == [call]
+
+
+def test_an_all_reduce_the_witness_cannot_take_part_in_is_said_plainly() -> None:
+    with pytest.raises(GaveUp, match="on a process group of its own"):
+        mirror_all_reduce(AllReduceCall(t=0.0, seq=1, step=0, shape=(1,), dtype="float32", op="SUM", default_group=False))
+    with pytest.raises(GaveUp, match=r"cannot take part in: \(1099511627776,\) float32 SUM"):
+        mirror_all_reduce(AllReduceCall(t=0.0, seq=1, step=0, shape=(1 << 40,), dtype="float32", op="SUM", default_group=True))
+    with pytest.raises(GaveUp, match="cannot take part in"):
+        mirror_all_reduce(AllReduceCall(t=0.0, seq=1, step=0, shape=(1,), dtype="os.system", op="SUM", default_group=True))
+    assert explain(GaveUp("your rank 0 all-reduced on a process group of its own"), 10) == "your rank 0 all-reduced on a process group of its own"

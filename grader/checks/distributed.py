@@ -199,9 +199,15 @@ def parameter_steps(rank: RankResult) -> list[Named]:
     return [named(e.names, e.values) for e in sorted(rank.of_kind(Optimizer), key=lambda e: e.step)]
 
 
+def gradient_allreduces(rank: RankResult) -> list[AllReduce]:
+    """The all-reduces of DDP's gradient buckets (not the script's own calls: a loss
+    all-reduced for the log synchronises no gradient)."""
+    return [e for e in rank.of_kind(AllReduce) if e.source == "ddp"]
+
+
 def allreduce_pattern(rank: RankResult, steps: int) -> list[int]:
-    """All-reduce calls (DDP buckets and explicit calls) in each of the first `steps` steps."""
-    counts = Counter(e.step for e in rank.of_kind(AllReduce))
+    """DDP's gradient all-reduces in each of the first `steps` steps."""
+    counts = Counter(e.step for e in gradient_allreduces(rank))
     return [counts.get(step, 0) for step in range(steps)]
 
 

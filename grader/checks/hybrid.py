@@ -118,14 +118,15 @@ def passes_per_step(ctx: CheckContext) -> Verdict:
 
 
 def allreduce_per_micro_batch(rank: RankResult, step: int) -> list[int]:
-    """All-reduces that followed each backward pass of `step`, in order."""
+    """DDP's gradient all-reduces that followed each backward pass of `step`, in order (the
+    script's own all_reduce calls, e.g. of the loss for the log, synchronise no gradient)."""
     counts: list[int] = []
     for event in rank.events:
         if event.step != step:
             continue
         if isinstance(event, Backward):
             counts.append(0)
-        elif isinstance(event, AllReduce) and counts:
+        elif isinstance(event, AllReduce) and event.source == "ddp" and counts:
             counts[-1] += 1
     return counts
 

@@ -255,6 +255,20 @@ class AllReduce(Span):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AllReduceCall(Event):
+    """The script is about to call dist.all_reduce itself (not DDP): the tensor's shape and
+    dtype, the reduction, and whether it is on the default group. The grader's witness makes
+    the same call, so that collectives of the script's own (a loss all-reduced for the log)
+    pair with one of its."""
+
+    kind: ClassVar[str] = "allreduce_call"
+    shape: tuple[int, ...]
+    dtype: str
+    op: str
+    default_group: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class OptGrads(Event):
     """Before an optimizer step: the gradients of its parameters (None once values are no
     longer taken)."""
@@ -376,7 +390,7 @@ EVENTS: Mapping[str, type[Event]] = MappingProxyType({
     cls.kind: cls
     for cls in (
         Process, InitPgCall, InitPg, DestroyPg, DdpArgs, Ddp, DdpForward, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
-        AllReduce, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
+        AllReduce, AllReduceCall, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
     )
 })
 E = TypeVar("E", bound=Event)

@@ -7,8 +7,9 @@ submission's rank 0 to announce its DDP options (the recorder's `ddp_args` event
 before DDP's first collective: options such as find_unused_parameters change which collectives
 DDP makes, and the witness must make the same ones), builds the template's model in a DDP of
 its own with those options, and trains on its shard of the grader's data, one forward pass
-for each of rank 0's (`ddp_forward` events say whether each was inside no_sync) and one
-optimizer step for each of rank 0's. What the collectives deliver to it is the average of
+for each of rank 0's (`ddp_forward` events say whether each was inside no_sync), one
+optimizer step for each of rank 0's, and an all-reduce of the reduction's identity for each
+one rank 0 calls itself (`allreduce_call`: a loss all-reduced for the log). What the collectives deliver to it is the average of
 every rank's contribution: it equals the grader's full-batch gradient only if the submission's
 ranks really computed their shards' gradients and sent them in backward. Its communication
 hook counts the all-reduces of each backward pass; its own clock times each step, and in a
@@ -36,7 +37,7 @@ from collections import deque
 from contextlib import nullcontext
 from typing import Any, Callable
 
-from grader.probe.events import AllReduce, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Optimizer, parse_line
+from grader.probe.events import AllReduceCall, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Optimizer, parse_line
 from grader.probe.messages import WITNESS_PART_CHARS, WitnessPart, WitnessPlan, WitnessReport, WitnessStage, answer_line, witness_report_line
 from grader.probe.typed import clip
 
@@ -44,7 +45,12 @@ PEER_READ_BYTES = 64 << 20  # of the submission's event file: what the witness f
 PEER_CHUNK_BYTES = 1 << 20  # read at once
 POLL_S = 0.0005  # between looks at the file: the witness starts each forward pass this much after rank 0 at most
 # events of rank 0 that come after DDP is built, in a script that builds one: seen first, there is none
-WITHOUT_DDP = {Backward: "ran backward", AllReduce: "all-reduced", Optimizer: "took an optimizer step", Exit: "ended", EndState: "ended"}
+WITHOUT_DDP = {Backward: "ran backward", Optimizer: "took an optimizer step", Exit: "ended", EndState: "ended"}
+MAX_MIRRORED_NUMEL = 1 << 24  # of an all-reduce of the script's own that the witness takes part in
+
+
+class GaveUp(Exception):
+    """The witness stops following the script: the message says why, as its report's error."""
 
 
 def global_batch(seed: int, step: int, batch_size: int, dim: int) -> Any:
@@ -136,15 +142,37 @@ class PeerRecords:
             self.fd = None
 
 
-def peer_ddp_args(records: PeerRecords, wait_s: float) -> DdpArgs | str:
-    """The first DDP options the submission's rank 0 announced, waiting up to `wait_s`; or why
-    none will come: the time passed, or rank 0 already trains (or ended) without DDP."""
-    event = records.next((DdpArgs, *WITHOUT_DDP), wait_s)
+def peer_ddp_args(records: PeerRecords, wait_s: float, along: Callable[[AllReduceCall], None] = lambda call: None) -> DdpArgs | str:
+    """The first DDP options the submission's rank 0 announced, waiting up to `wait_s` (taking
+    part in rank 0's own all-reduces before them, through `along`); or why none will come: the
+    time passed, or rank 0 already trains (or ended) without DDP."""
+    while True:
+        event = records.next((DdpArgs, AllReduceCall, *WITHOUT_DDP), wait_s)
+        if not isinstance(event, AllReduceCall):
+            break
+        along(event)
     if event is None:
         return f"your rank 0 built no DistributedDataParallel within {wait_s:g} s of joining the process group"
     if isinstance(event, DdpArgs):
         return event
     return f"your rank 0 {WITHOUT_DDP[type(event)]} without DistributedDataParallel"
+
+
+def mirror_all_reduce(call: AllReduceCall) -> None:
+    """Take part in an all-reduce the script makes itself (a loss all-reduced for the log), with
+    the reduction's identity: what the witness adds changes nothing of the script's result."""
+    import torch
+    import torch.distributed as dist
+
+    dtype = getattr(torch, call.dtype, None)
+    op = getattr(dist.ReduceOp, call.op, None)
+    if not call.default_group:
+        raise GaveUp("your rank 0 all-reduced on a process group of its own, which the witness does not join")
+    if not isinstance(dtype, torch.dtype) or op is None or any(n < 0 for n in call.shape) or math.prod(call.shape) > MAX_MIRRORED_NUMEL:
+        raise GaveUp(f"your rank 0 all-reduced what the witness cannot take part in: {call.shape} {call.dtype} {call.op}")
+    limits = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype) if dtype != torch.bool else None
+    identity = {"PRODUCT": 1, "MIN": limits.max if limits else True, "MAX": limits.min if limits else False, "BAND": -1 if limits else True}.get(call.op, 0)
+    dist.all_reduce(torch.full(call.shape, identity, dtype=dtype), op=op)
 
 
 def await_store(host: str, port: int, wait_s: float) -> None:
@@ -214,7 +242,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
     reached("joined")
     records = PeerRecords(plan.peer_records)
     try:
-        options = peer_ddp_args(records, plan.wait_s)
+        options = peer_ddp_args(records, plan.wait_s, mirror_all_reduce)
         if isinstance(options, str):
             return send(report(options))
         chosen = {"find_unused_parameters": options.find_unused_parameters, "static_graph": options.static_graph, "gradient_as_bucket_view": options.gradient_as_bucket_view}
@@ -256,17 +284,19 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
             passes.clear()
 
         while len(seen["ends"]) < plan.steps:
-            event = records.next((DdpForward, Optimizer, Exit, EndState), plan.wait_s)
+            event = records.next((DdpForward, Optimizer, AllReduceCall, Exit, EndState), plan.wait_s)
             taken = len(seen["ends"])
             if isinstance(event, (Exit, EndState)):
                 return send(report(f"your rank 0 ended after {taken} of {plan.steps} optimizer steps"))
             if event is None:
                 return send(report(
                     f"your rank 0 recorded no forward pass of its DDP and no optimizer step for {plan.wait_s:g} s, after {taken} of {plan.steps} steps: "
-                    "was it waiting in a collective of its own? Only DDP's all-reduces in backward are expected"
+                    "was it waiting in a collective other than DDP's all-reduces and dist.all_reduce?"
                 ))
             if isinstance(event, DdpForward):
                 forward(event.sync)
+            elif isinstance(event, AllReduceCall):
+                mirror_all_reduce(event)
             else:
                 step()
         if plan.values:
@@ -286,6 +316,8 @@ GLOO_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pi
 
 def explain(exc: BaseException, wait_s: float) -> str:
     """A sentence for what stopped the witness in a collective (gloo's own text, cut, after it)."""
+    if isinstance(exc, GaveUp):
+        return str(exc)
     text = str(exc)
     first = text.strip().splitlines()[0][:240] if text.strip() else type(exc).__name__
     if any(sign in text for sign in GLOO_LOST):
@@ -308,12 +340,14 @@ def follow(records: PeerRecords, forward: Callable[[bool], None], step: Callable
 
     try:
         while True:
-            event = records.next((DdpForward, Optimizer, DestroyPg, Exit, EndState), LINGER_QUIET_S)
+            event = records.next((DdpForward, Optimizer, AllReduceCall, DestroyPg, Exit, EndState), LINGER_QUIET_S)
             if event is None:
                 dist.barrier()
                 return
             if isinstance(event, DdpForward):
                 forward(event.sync)
+            elif isinstance(event, AllReduceCall):
+                mirror_all_reduce(event)
             elif isinstance(event, Optimizer):
                 step()
             else:
