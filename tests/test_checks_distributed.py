@@ -94,12 +94,41 @@ def test_batch_shard_explains_a_rank_that_never_ran_the_model() -> None:
 
 def test_grad_sync_without_all_reduce_asks_whether_the_model_is_wrapped() -> None:
     run = ddp_run()
-    without(run.ranks[0], AllReduce)
-    without(run.ranks[1], AllReduce)
+    for rank in run.ranks:
+        without(rank, AllReduce)
+        without(rank, Ddp)
     replace_events(run.ranks[1], OptGrads, changed(grads=((9.0, 9.0, 9.0), (9.0,))))
     verdict = judge("grad_sync", run)
     assert "step 0: gradients differ between rank 0 and rank 1 (max |Δ| 9.2 in 0.weight)" in verdict.summary
     assert "all-reduce calls per step: [0, 0, 0] — no all-reduce at all: is the model wrapped in DistributedDataParallel?" in verdict.summary
+
+
+def test_grad_sync_with_ddp_but_no_all_reduce_asks_about_no_sync_not_about_wrapping() -> None:
+    run = ddp_run()
+    for rank in run.ranks:
+        without(rank, AllReduce)
+    replace_events(run.ranks[1], OptGrads, changed(grads=((9.0, 9.0, 9.0), (9.0,))))
+    verdict = judge("grad_sync", run)
+    assert "— DDP made no all-reduce: is every backward pass inside model.no_sync()?" in verdict.summary
+    assert "is the model wrapped" not in verdict.summary
+
+
+def test_grad_sync_compares_every_step_so_gradients_never_zeroed_fail() -> None:
+    """optimizer.zero_grad() outside the loop: step 0 is right, step 1 holds two steps' sum."""
+    run = ddp_run()
+    first = trajectory().grads[0]
+    for rank in run.ranks:
+        replace_events(rank, OptGrads, lambda e: replace(e, grads=tuple(tuple(v + f for v, f in zip(values, first[name])) for name, values in zip(e.names, e.grads))) if e.step == 1 else e)
+    verdict = judge("grad_sync", run)
+    assert verdict.summary.startswith("ws2 (1 node × 2 ranks): step 1: gradients are the same on every rank but not the full-batch gradient")
+    assert "step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?" in verdict.summary
+
+
+def test_grad_sync_names_a_summed_loss_by_its_factor() -> None:
+    run = ddp_run()
+    for rank in run.ranks:
+        replace_events(rank, OptGrads, lambda e: replace(e, grads=tuple(tuple(g * 32 for g in t) for t in e.grads)))
+    assert "they are 32× it: is the loss summed over the samples instead of averaged" in judge("grad_sync", run).summary
 
 
 def test_grad_sync_recognises_gradients_averaged_twice() -> None:

@@ -18,7 +18,14 @@ def _problem(answers: Answers | None) -> str | None:
 
 
 def _number(value: Any) -> float | None:
-    """A finite number, or None (text, booleans, NaN, infinities, integers beyond a float)."""
+    """A finite number, or None (other text, booleans, NaN, infinities, integers beyond a
+    float). Text that reads as a number counts as one: YAML 1.1 loads `5e-3` (no dot) as the
+    string '5e-3', and a person wrote a number."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip().replace("_", ""))
+        except ValueError:
+            return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:

@@ -307,6 +307,8 @@ def gradient_hint(ctx: CheckContext, run: JobResult, grads: Named, ref: Trajecto
         return f" — they are about {pieces}× it: each micro-batch's loss must be divided so that the {pieces} micro-batches add up to one mean"
     if pieces > 1 and abs(factor - 1) < 0.1:
         return " — close but not equal: with micro-batches of unequal size a mean per micro-batch divided by their number is not the mean over the samples; sum the loss and divide by the rank's sample count"
+    if factor >= 1.9 and abs(factor - round(factor)) < 0.05 * factor:
+        return f" — they are {round(factor)}× it: is the loss summed over the samples instead of averaged (reduction='sum' without dividing)?"
     return ""
 
 
@@ -338,12 +340,19 @@ def grad_sync(ctx: CheckContext) -> Verdict:
             for step, (mine, first) in enumerate(zip(grads[rank.rank], grads[0])):
                 diff = compare(mine, first, rtol, atol)
                 if not diff.ok:
-                    hint = " — no all-reduce at all: is the model wrapped in DistributedDataParallel?" if not any(pattern) else ""
+                    hint = ""
+                    if not any(pattern):
+                        wrapped = rank.first(Ddp) is not None or run.ranks[0].first(Ddp) is not None
+                        hint = " — DDP made no all-reduce: is every backward pass inside model.no_sync()?" if wrapped else " — no all-reduce at all: is the model wrapped in DistributedDataParallel?"
                     return False, f"step {step}: gradients differ between rank 0 and rank {rank.rank} ({diff.describe()}); {calls}{hint}"
-        diff = closest(grads[0][0], refs, lambda r: r.grads[0], rtol, atol)
-        if not diff.ok:
-            return False, f"gradients are the same on every rank but not the full-batch gradient ({diff.describe()}){gradient_hint(ctx, run, grads[0][0], ref)}; {calls}"
-        return True, f"identical on all ranks, equal to the full-batch gradient; {calls}"
+        for step, observed in enumerate(grads[0][: len(ref.grads)]):
+            diff = closest(observed, refs, lambda r, step=step: r.grads[step], rtol, atol)
+            if diff.ok:
+                continue
+            if step == 0:
+                return False, f"gradients are the same on every rank but not the full-batch gradient ({diff.describe()}){gradient_hint(ctx, run, observed, ref)}; {calls}"
+            return False, f"step {step}: gradients are the same on every rank but not the full-batch gradient ({diff.describe()}) — step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?; {calls}"
+        return True, f"identical on all ranks, equal to the full-batch gradient in every step; {calls}"
 
     return per_run(ctx, judge, "gradients are synchronised and equal to single-process training", {"allreduce_per_step": patterns})
 

@@ -59,7 +59,7 @@ def is_consequence(exc: ExceptionInfo) -> bool:
 
 HINTS = {
     "Expected all tensors to be on the same device": "a tensor must be on the device of the layer or tensor it meets: move it with .to(device)",
-    "CUDA error: invalid device ordinal": "there is no GPU with that number on this node",
+    "CUDA error: invalid device ordinal": "there is no GPU with that number on this node (a rank's GPUs follow LOCAL_RANK, which starts again at 0 on every node, not RANK)",
 }
 
 

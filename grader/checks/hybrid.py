@@ -169,6 +169,21 @@ def _gpu_numbers(devices: list[str]) -> list[int]:
     return sorted(int(d.split(":")[1]) for d in devices if d.startswith("cuda:"))
 
 
+def gpu_answer(given: Any) -> Any:
+    """GPUs as a person writes them: `[0, 2]`, `["cuda:0", "cuda:2"]`, `cuda:0` (one GPU),
+    as sorted GPU numbers; anything else as it was given."""
+    items = given if isinstance(given, list) else [given]
+    numbers = []
+    for item in items:
+        text = item.strip().removeprefix("cuda:") if isinstance(item, str) else item
+        if isinstance(text, str) and text.isdigit():
+            text = int(text)
+        if isinstance(text, bool) or not isinstance(text, int):
+            return given
+        numbers.append(text)
+    return sorted(numbers)
+
+
 def hybrid_answers(ctx: CheckContext) -> Verdict:
     """The answers with one right value agree with what the grader saw the program do:
     processes, each rank's GPUs and micro-batches (in the course's setup: `processes` ranks,
@@ -197,6 +212,8 @@ def hybrid_answers(ctx: CheckContext) -> Verdict:
     wrong = []
     for key, want in observed.items():
         given = ctx.answers.get(key)
+        if key.startswith("part1.gpus.") and given not in (None, []):
+            given = gpu_answer(given)
         if given is None or given == [] or want is None or given != want:
             wrong.append(f"{key}: you answered {given!r}, your program showed {want!r}")
     right = len(observed) - len(wrong)
