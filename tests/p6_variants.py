@@ -33,13 +33,13 @@ VARIANTS = (
         ((SCRIPT, 'local_rank = int(os.environ["LOCAL_RANK"])', 'local_rank = int(os.environ["RANK"])'),),
         # on the second simulated node, cuda:2 does not exist: the ranks there crash
         frozenset({"rank_setup", "device_mapping", "batch_shard", "grad_sync", "params_sync", "clean_exit"}),
-        {"rank_setup": "local_rank = 2, expected 0 (LOCAL_RANK", "device_mapping": "the GPU follows LOCAL_RANK, not RANK"},
+        {"rank_setup": "local_rank = 2, expected 0 (LOCAL_RANK", "device_mapping": "GPUs follow LOCAL_RANK"},
     ),
     Variant(
         "device_from_rank",
         ((SCRIPT, 'device = torch.device(f"cuda:{local_rank}")', 'device = torch.device(f"cuda:{rank}")'),),
         frozenset({"device_mapping", "batch_shard", "grad_sync", "params_sync", "clean_exit"}),
-        {"device_mapping": "a rank asked for a GPU its node does not have: the GPU follows LOCAL_RANK, not RANK", "clean_exit": "invalid device ordinal"},
+        {"device_mapping": "there is no GPU with that number on this node (a rank's GPUs follow LOCAL_RANK", "clean_exit": "invalid device ordinal"},
     ),
     Variant(
         "averaged_twice",

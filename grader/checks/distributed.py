@@ -114,19 +114,12 @@ def model_forwards(rank: RankResult) -> list[Forward]:
     return [f for f in rank.of_kind(Forward) if f.role == "model" and f.inputs]
 
 
-def _ordinal_hint(text: str) -> str:
-    if "invalid device ordinal" in text:
-        return " — a rank asked for a GPU its node does not have: the GPU follows LOCAL_RANK, not RANK"
-    return ""
-
-
 def device_mapping(ctx: CheckContext) -> Verdict:
     """Each rank's model and inputs live on its own device: cuda:LOCAL_RANK with GPUs, else cpu."""
 
     def judge(run: JobResult) -> tuple[bool, str]:
         if not any(r.first(Model) for r in run.ranks):
-            ok, line = missing(run, "the model")
-            return ok, line + _ordinal_hint(line)
+            return missing(run, "the model")
         problems = []
         used: dict[str, list[int]] = {}
         gpus = ctx.gpus_of(run)
@@ -135,7 +128,7 @@ def device_mapping(ctx: CheckContext) -> Verdict:
             devices = model_devices(rank)
             if not devices:
                 end = failures.rank_end(rank) or "not built"
-                problems.append(f"rank {rank.rank} (node {rank.node}): no model seen ({end}){_ordinal_hint(end)}")
+                problems.append(f"rank {rank.rank} (node {rank.node}): no model seen ({end})")
                 continue
             if devices != [want]:
                 hint = " — the GPU follows LOCAL_RANK, not RANK" if want.startswith("cuda") and f"cuda:{rank.rank}" in devices else ""
