@@ -94,7 +94,7 @@ UNUSUAL_VARIANTS = (
             (
                 SCRIPT,
                 "            loss.backward()\n    # END SOLUTION\n",
-                "            loss.backward()\n        if ddp:\n            logged = loss.detach().clone()\n            dist.all_reduce(logged)  # the loss summed over ranks, for the log\n    # END SOLUTION\n",
+                "            loss.backward()\n    if ddp:\n        logged = loss.detach().clone()\n        dist.all_reduce(logged)  # the last micro-batch's loss summed over ranks, for the log\n    # END SOLUTION\n",
             ),
         ),
         frozenset(),

@@ -81,6 +81,7 @@ def data_parallel_witness(args: Mapping[str, Any], run: RunDef, timeout_s: float
         lr=float(args["lr"]),
         first_row=(world - 1) * shard,
         rows=shard,
+        micro_batches=int(args.get("micro_batches", 1)),
         values=int(args["dim"]) * int(args["hidden"]) <= 1 << 16,
         model=model,
         peer_records="",

@@ -43,6 +43,7 @@ class WitnessPlan:
     lr: float
     first_row: int
     rows: int
+    micro_batches: int  # the script's micro-batches per step (1 without): the witness cuts its shard alike
     values: bool  # report gradients and parameters (not for timed runs: only step times)
     model: str  # the template's model, by its name in grader/probe/witness.py's MODELS
     peer_records: str  # the event file of the submission's rank 0: its DDP options, forward passes, optimizer steps
