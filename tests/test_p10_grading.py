@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, assert_loses_exactly, checks_by_id, grade_in_process, run_cli
+from helpers import ROOT, again_after_teardown_abort, assert_loses_exactly, checks_by_id, grade_in_process, run_cli
 from p10_forgeries import FORGERIES, REPLAY
 from p10_variants import ALL_CHECKS, TUTORIAL_VARIANT, UNUSUAL_VARIANTS, VARIANTS
 from p6_forgeries import Forgery
@@ -68,7 +68,8 @@ def earlier_records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes
     folder = tmp_path_factory.mktemp("earlier")
     shutil.copy(ROOT / "solutions" / "p10" / "p10_hybrid.py", folder)
     out = folder / "out"
-    done = run_cli("observe", "--virtual-gpus", "4", "--out", str(out), "--", sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(folder / "p10_hybrid.py"), "--steps=2", "--seed=7")
+    command = ("observe", "--virtual-gpus", "4", "--out", str(out), "--", sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(folder / "p10_hybrid.py"), "--steps=2", "--seed=7")
+    done = again_after_teardown_abort(lambda: run_cli(*command))  # gloo's teardown aborts now and then, after the program ended
     assert done.returncode == 0, done.stdout + done.stderr
     records = {}
     for path in (out / "events").glob("*.jsonl"):

@@ -28,6 +28,7 @@ import base64
 import ctypes
 import datetime
 import faulthandler
+import itertools
 import math
 import os
 import select
@@ -308,14 +309,14 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
         ddp.register_comm_hook(None, counted)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=plan.lr)
         seen["names"] = tuple(name for name, _ in model.named_parameters())
-        ends = [len(piece) for piece in torch.arange(plan.rows).tensor_split(max(plan.micro_batches, 1))]
-        ends = [plan.first_row + sum(ends[: k + 1]) for k in range(len(ends))]  # where each micro-batch of the shard ends
+        pieces = torch.arange(plan.rows).tensor_split(max(plan.micro_batches, 1))
+        piece_ends = list(itertools.accumulate((len(piece) for piece in pieces), initial=plan.first_row))[1:]  # where each micro-batch of the shard ends
         passes: list[int] = []  # all-reduces of each backward pass of the step under way
         fed = {"to": plan.first_row}  # rows of the shard fed in this step so far
 
         def forward(sync: bool) -> None:
             x, y = global_batch(plan.seed, len(seen["ends"]), plan.batch_size, plan.dim)
-            upto = ends[-1] if sync or len(passes) >= len(ends) else ends[len(passes)]
+            upto = piece_ends[-1] if sync or len(passes) >= len(piece_ends) else piece_ends[len(passes)]
             mine = slice(fed["to"], max(upto, fed["to"]))
             fed["to"] = mine.stop
             counts["calls"] = 0
@@ -334,6 +335,15 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
             passes.clear()
             fed["to"] = plan.first_row
 
+        def take(event: DdpForward | AllReduceCall | Optimizer) -> None:
+            """Do as rank 0 recorded: a forward pass, an all-reduce of its own, an optimizer step."""
+            if isinstance(event, DdpForward):
+                forward(event.sync)
+            elif isinstance(event, AllReduceCall):
+                mirror_all_reduce(event)
+            else:
+                step()
+
         while len(seen["ends"]) < plan.steps:
             event = records.next((DdpForward, Optimizer, AllReduceCall, Exit, EndState), plan.wait_s)
             taken = len(seen["ends"])
@@ -344,16 +354,11 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
                     f"your rank 0 recorded no forward pass of its DDP and no optimizer step for {plan.wait_s:g} s, after {taken} of {plan.steps} steps: "
                     "was it waiting in a collective other than DDP's all-reduces and dist.all_reduce?"
                 ))
-            if isinstance(event, DdpForward):
-                forward(event.sync)
-            elif isinstance(event, AllReduceCall):
-                mirror_all_reduce(event)
-            else:
-                step()
+            take(event)
         if plan.values:
             seen["params"] = tuple(_values(p) for p in model.parameters())
         send(report(None))
-        follow(records, forward, step)
+        follow(records, take)
     except Exception as exc:  # noqa: BLE001 - whatever stops the witness is its report
         return send(report(explain(exc, plan.wait_s)))
     finally:
@@ -381,12 +386,12 @@ def explain(exc: BaseException, wait_s: float) -> str:
 LINGER_QUIET_S = 0.5  # after its report, rank 0 recording nothing this long: the witness meets a final barrier, if any
 
 
-def follow(records: PeerRecords, forward: Callable[[bool], None], step: Callable[[], None]) -> None:
-    """After the report: keep taking part as rank 0 records, so that a script that goes on
-    training (more optimizer steps than asked) is not left waiting for the witness, and meet a
-    final `dist.barrier()` (many scripts make one before destroy_process_group). Ends when rank
-    0 destroys its process group or ends, or after a barrier; an error ends it quietly (the
-    report is sent)."""
+def follow(records: PeerRecords, take: Callable[[Any], None]) -> None:
+    """After the report: keep taking part as rank 0 records (`take` does what a record says), so
+    that a script that goes on training (more optimizer steps than asked) is not left waiting
+    for the witness, and meet a final `dist.barrier()` (many scripts make one before
+    destroy_process_group). Ends when rank 0 destroys its process group or ends, or after a
+    barrier; an error ends it quietly (the report is sent)."""
     import torch.distributed as dist
 
     try:
@@ -395,14 +400,9 @@ def follow(records: PeerRecords, forward: Callable[[bool], None], step: Callable
             if event is None:
                 dist.barrier()
                 return
-            if isinstance(event, DdpForward):
-                forward(event.sync)
-            elif isinstance(event, AllReduceCall):
-                mirror_all_reduce(event)
-            elif isinstance(event, Optimizer):
-                step()
-            else:
+            if isinstance(event, (DestroyPg, Exit, EndState)):
                 return
+            take(event)
     except Exception:  # noqa: BLE001 - the ranks left or did something else: nothing more to report
         return
 
