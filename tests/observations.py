@@ -76,11 +76,11 @@ def _values(named: dict) -> tuple:
     return tuple(tuple(named[n]) for n in NAMES)
 
 
-def forward(batch: int, device: str, call: int) -> dict:
+def forward(batch: int, device: str, call: int, rows: tuple[float, ...] | None = None) -> dict:
     """The fields of a DDP model's outermost call."""
     return {
         "module": "DistributedDataParallel", "name": None, "label": "DistributedDataParallel(Sequential)", "role": "model", "depth": 0,
-        "call": call, "has_params": True, "replica": False, "inputs": (TensorInfo(shape=(batch, 3), device=device),), "devices": None,
+        "call": call, "has_params": True, "replica": False, "inputs": (TensorInfo(shape=(batch, 3), device=device),), "devices": None, "rows": rows,
     }
 
 
@@ -93,7 +93,8 @@ def ddp_rank(rank: int, layout: Layout, ref: Trajectory, *, batch: int = 64, ste
     log.add(Model, when="ddp", label="DistributedDataParallel(Sequential)", names=tuple(NAMES), shapes=((1, 3), (1,)), devices=(device, device), params=4, values=_values(ref.initial))
     log.add(Globals, when="ddp", values={"rank": rank, "local_rank": local, "world_size": world, "device": device})
     for step in range(steps):
-        log.add(Forward, step, **forward(batch // world, device, step + 1))
+        shard = batch // world
+        log.add(Forward, step, **forward(shard, device, step + 1, tuple(ref.batches[step][rank * shard : (rank + 1) * shard]) if ref.batches else None))
         loss = TensorInfo(shape=(batch // world, 1), device=device)
         if step < 2:  # the recorder's detail steps: every call, the loss's too
             log.add(Forward, step, module="MSELoss", name=None, label="MSELoss", role=None, depth=0, call=None, has_params=False, replica=False, inputs=(loss, loss), devices=None)
@@ -114,7 +115,8 @@ def trajectory(steps: int = 3) -> Trajectory:
     initial = {"0.weight": [0.5, -0.25, 0.125], "0.bias": [0.0]}
     grads = [{"0.weight": [0.1 * (s + 1), -0.2, 0.3], "0.bias": [0.05 * (s + 1)]} for s in range(steps)]
     params = [{"0.weight": [0.5 - 0.01 * s, -0.25, 0.125], "0.bias": [0.001 * s]} for s in range(steps)]
-    return Trajectory(initial=initial, grads=grads, params=params, samples=64)
+    batches = [[step * 100 + row * 0.5 for row in range(64)] for step in range(steps)]  # each row's sum, distinct
+    return Trajectory(initial=initial, grads=grads, params=params, samples=64, batches=batches)
 
 
 def job(name: str, layout: Layout, timeout_s: float = 60) -> JobSpec:

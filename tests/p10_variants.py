@@ -48,6 +48,19 @@ VARIANTS = (
         {"passes_per_step": "rank 0, step 0: 2 forward and 2 backward passes, expected 4 each (micro_batches 4)"},
     ),
     Variant(
+        "torch_chunk_gives_fewer_pieces",
+        ((SCRIPT, SPLIT, "    pieces = list(zip(x.chunk(micro_batches), y.chunk(micro_batches)))\n"),),
+        # right on 32 rows in 4; m8's 20 rows in 8 come out as 7 pieces of 3 and 2
+        frozenset({"passes_per_step", "hybrid_answers"}),
+        {"passes_per_step": "rank 0, step 0: 7 forward and 7 backward passes, expected 8 each (micro_batches 8) — torch.chunk gives 7 pieces of a 20-row shard, not 8: use tensor_split"},
+    ),
+    Variant(
+        "empty_micro_batches_and_the_whole_shard",
+        ((SCRIPT, SPLIT, "    pieces = [(x[:0], y[:0])] * (micro_batches - 1) + [(x, y)]\n"),),
+        frozenset({"passes_per_step"}),
+        {"passes_per_step": "rank 0, step 0: micro-batches of [0, 0, 0, 32] rows (3 empty), expected 4 non-empty parts of its 32-row shard"},
+    ),
+    Variant(
         "two_ranks_on_one_gpu",
         ((SCRIPT, 'stage1_device = torch.device(f"cuda:{local_rank}")', 'stage1_device = torch.device("cuda:0")'),),
         frozenset({"stage_placement", "hybrid_answers"}),

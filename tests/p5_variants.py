@@ -22,13 +22,13 @@ VARIANTS = (
         "shape_log_missing",
         ((DP, LOG, ""),),
         frozenset({"shape_log"}),
-        {"shape_log": "no line naming the device and the rows from inside forward for cuda:0 (22 rows): nothing printed"},
+        {"shape_log": "no line naming the device and the shape from inside forward for cuda:0 (shape [22, 512]): nothing printed"},
     ),
     Variant(
-        "shape_log_without_the_device",
-        ((DP, LOG, '        print(f"got a batch of {x.shape[0]} rows", flush=True)\n'),),
+        "shape_log_of_a_hard_coded_split_table",
+        ((DP, LOG, '        print(f"Inside model on device {x.device}, rows per GPU: [22, 22, 20]", flush=True)\n'),),
         frozenset({"shape_log"}),
-        {"shape_log": "cuda:0 (22 rows): printed 'got a batch of 22 rows'"},
+        {"shape_log": "cuda:0 (shape [22, 512]): printed 'Inside model on device cuda:0, rows per GPU: [22, 22, 20]' — print x.shape"},
     ),
     Variant(
         "model_left_on_the_cpu",
@@ -57,4 +57,10 @@ VARIANTS = (
         frozenset({"split_table", "timing_table"}),
         {"split_table": "answers.yaml is not valid YAML (line"},
     ),
+)
+
+
+# Correct, written other ways than the reference: each keeps every point.
+UNUSUAL_VARIANTS = (
+    Variant("shape_log_with_several_print_arguments", ((DP, LOG, "        print(x.device, x.shape)\n"),), frozenset()),
 )

@@ -29,6 +29,25 @@ VARIANTS = (
         {"batch_shard": "every rank trains on the whole batch", "grad_sync": "each fed the whole batch to the model", "params_sync": "differ from single-process training"},
     ),
     Variant(
+        "every_shard_on_every_rank",
+        (
+            (SCRIPT, SHARD, "    x, y = x[: shard * world_size].to(device), y[: shard * world_size].to(device)\n"),
+            (
+                SCRIPT,
+                LOSS + "    optimizer.zero_grad(set_to_none=True)\n    loss.backward()  #",
+                # each call is a shard's size, but the rank feeds them all: only the last syncs
+                "    optimizer.zero_grad(set_to_none=True)\n"
+                "    for i, (xs, ys) in enumerate(zip(x.split(shard), y.split(shard))):\n"
+                "        with model.no_sync() if ddp and i < world_size - 1 else contextlib.nullcontext():\n"
+                "            loss = loss_fn(model(xs), ys) / world_size\n"
+                "            loss.backward()  #",
+            ),
+            (SCRIPT, "import os\n", "import contextlib\nimport os\n"),
+        ),
+        frozenset({"batch_shard", "grad_sync", "params_sync"}),
+        {"batch_shard": "rank 0 fed 64 rows in step 0 (rows 0–63), expected 32 — the whole batch: each rank keeps only its shard"},
+    ),
+    Variant(
         "local_rank_from_rank",
         ((SCRIPT, 'local_rank = int(os.environ["LOCAL_RANK"])', 'local_rank = int(os.environ["RANK"])'),),
         # on the second simulated node, cuda:2 does not exist: the ranks there crash
@@ -68,6 +87,36 @@ VARIANTS = (
         ((SCRIPT, "t0 = time.time()\n", 't0 = time.time()\nif rank == 1:\n    raise RuntimeError("rank 1 gives up")\n'),),
         frozenset({"batch_shard", "grad_sync", "params_sync", "clean_exit"}),
         {"clean_exit": "rank 1 raised RuntimeError: rank 1 gives up at p6_ddp.py", "batch_shard": "rank 1 never ran the model"},
+    ),
+    Variant(
+        "gloo_and_no_current_gpu",
+        (
+            (SCRIPT, '    backend = "nccl" if torch.cuda.is_available() else "gloo"\n', '    backend = "gloo"  # works everywhere, so why not\n'),
+            (SCRIPT, "        torch.cuda.set_device(device)\n", ""),
+        ),
+        # only the simulated GPU nodes (2x2) tell: gloo on GPUs runs, and local rank 0 is current anyway
+        frozenset({"rank_setup", "device_mapping"}),
+        {
+            "rank_setup": "rank 0: init_process_group(backend='gloo') with GPUs, expected 'nccl'",
+            "device_mapping": "rank 1: the current CUDA device was cuda:0 when DDP was built, expected cuda:1",
+        },
+    ),
+    Variant(
+        "average_by_hand_instead_of_ddp",
+        (
+            (SCRIPT, WRAP, "    pass  # no DDP: the gradients are averaged by hand after backward\n"),
+            (
+                SCRIPT,
+                "    optimizer.step()\n",
+                "    if ddp:\n        for p in model.parameters():\n            dist.all_reduce(p.grad)\n            p.grad /= world_size\n    optimizer.step()\n",
+            ),
+        ),
+        # the grader's witness trains with DDP: it stops where rank 0 runs backward without it
+        frozenset({"grad_sync", "params_sync", "clean_exit"}),
+        {
+            "grad_sync": "2x2 (2 nodes × 2 ranks, 2 virtual GPUs each): the gradients are right, but rank 0 built no DistributedDataParallel",
+            "params_sync": "the grader's witness (rank 1) stopped: your rank 0 ran backward without DistributedDataParallel",
+        },
     ),
     Variant(
         "never_destroyed",

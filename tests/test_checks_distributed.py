@@ -52,6 +52,17 @@ def test_rank_setup_catches_a_process_group_of_the_wrong_size_and_a_renamed_vari
     assert "the process group says rank 1 of 4, expected rank 1 of 2" in verdict.summary
 
 
+def test_rank_setup_wants_nccl_with_gpus_and_takes_the_default_too() -> None:
+    run = ddp_run("2x2", Layout(2, 2))
+    assert judge("rank_setup", run).passed  # gloo without GPUs
+    verdict = judge("rank_setup", run, gpus=2)
+    assert "rank 0: init_process_group(backend='gloo') with GPUs, expected 'nccl' (nccl when CUDA is available, gloo otherwise)" in verdict.summary
+    for requested in ("nccl", "None", "cpu:gloo,cuda:nccl"):
+        for rank in run.ranks:
+            replace_events(rank, InitPg, changed(requested=requested))
+        assert judge("rank_setup", run, gpus=2).passed, requested
+
+
 def test_device_mapping_with_gpus_wants_cuda_local_rank() -> None:
     good = ddp_run("2x2", Layout(2, 2), device="cuda:0")
     for rank in good.ranks:
@@ -60,6 +71,10 @@ def test_device_mapping_with_gpus_wants_cuda_local_rank() -> None:
         replace_events(rank, Forward, lambda e, d=device: replace(e, inputs=tuple(replace(i, device=d) for i in e.inputs)))
         replace_events(rank, Ddp, changed(device_ids=(str(rank.local_rank),)))
     assert judge("device_mapping", good, gpus=2).passed
+    replace_events(good.ranks[1], Ddp, changed(current_device="cuda:0"))  # torch.cuda.set_device never called
+    verdict = judge("device_mapping", good, gpus=2)
+    assert "rank 1: the current CUDA device was cuda:0 when DDP was built, expected cuda:1 — make the rank's GPU current with torch.cuda.set_device(device)" in verdict.summary
+    replace_events(good.ranks[1], Ddp, changed(current_device="cuda:1"))
     replace_events(good.ranks[3], Model, changed(devices=("cuda:3", "cuda:3")))
     verdict = judge("device_mapping", good, gpus=2)
     assert "rank 3 (node 1, local rank 1): model on cuda:3, expected cuda:1 — the GPU follows LOCAL_RANK, not RANK" in verdict.summary
@@ -83,6 +98,49 @@ def test_batch_shard_flags_the_full_batch_on_every_rank() -> None:
     verdict = judge("batch_shard", run)
     assert not verdict.passed
     assert "rank 0 fed 64 rows per step to the model, expected 32 (= 64 // 2) — every rank trains on the whole batch" in verdict.summary
+
+
+def rows_fed(run, rows_of) -> None:
+    """Make every rank's model calls feed the rows `rows_of(rank, step)` of the synthetic
+    batch, one call per `want`-sized piece."""
+    ref = trajectory()
+    for rank in run.ranks:
+        events = []
+        for event in rank.events:
+            if type(event) is Forward and event.role == "model":
+                rows = rows_of(rank.rank, event.step)
+                size = event.inputs[0].shape[0]
+                for start in range(0, len(rows), size):
+                    piece = tuple(ref.batches[event.step][i] for i in rows[start : start + size])
+                    events.append(replace(event, rows=piece))
+            else:
+                events.append(event)
+        set_events(rank, events)
+
+
+def test_batch_shard_checks_which_rows_each_rank_fed_not_only_how_many() -> None:
+    every_shard = ddp_run()
+    rows_fed(every_shard, lambda rank, step: list(range(64)))  # 2 calls of 32 rows: every shard
+    verdict = judge("batch_shard", every_shard)
+    assert not verdict.passed
+    assert "rank 0 fed 64 rows in step 0 (rows 0–63), expected 32 — the whole batch: each rank keeps only its shard" in verdict.summary
+    by_local_rank = ddp_run("2x2", Layout(2, 2))
+    rows_fed(by_local_rank, lambda rank, step: list(range(rank % 2 * 16, rank % 2 * 16 + 16)))
+    assert "rank 2 and rank 0 both fed rows 0–15 of step 0 — the shard follows RANK, not LOCAL_RANK" in judge("batch_shard", by_local_rank).summary
+    other_data = ddp_run()
+    replace_events(other_data.ranks[1], Forward, lambda e: replace(e, rows=tuple(v + 0.25 for v in e.rows)) if e.rows else e)
+    assert "rank 1 fed 32 row(s) in step 0 that are not in the step's global batch (keep the template's get_batch)" in judge("batch_shard", other_data).summary
+    twice = ddp_run()
+    rows_fed(twice, lambda rank, step: [rank * 32] * 32)
+    assert "rank 0 fed 31 row(s) of step 0 more than once" in judge("batch_shard", twice).summary
+
+
+def test_batch_shard_accepts_any_split_into_equal_disjoint_shards() -> None:
+    strided = ddp_run("ws4", Layout(1, 4))  # as DistributedSampler(shuffle=False) splits: rank r takes rows r, r + 4, ...
+    rows_fed(strided, lambda rank, step: list(range(rank, 64, 4)))
+    verdict = judge("batch_shard", strided)
+    assert verdict.passed, verdict
+    assert "4 × 16 rows, each row of the grader's batch fed by one rank" in verdict.details[0]
 
 
 def test_batch_shard_explains_a_rank_that_never_ran_the_model() -> None:
@@ -111,6 +169,17 @@ def test_grad_sync_with_ddp_but_no_all_reduce_asks_about_no_sync_not_about_wrapp
     verdict = judge("grad_sync", run)
     assert "— DDP made no all-reduce: is every backward pass inside model.no_sync()?" in verdict.summary
     assert "is the model wrapped" not in verdict.summary
+
+
+def test_grad_sync_wants_ddp_not_an_average_of_the_scripts_own_after_backward() -> None:
+    run = ddp_run()
+    for rank in run.ranks:
+        without(rank, Ddp)
+    verdict = judge("grad_sync", run)
+    assert "the gradients are right, but rank 0 built no DistributedDataParallel: wrap the model in DDP, as the TODO asks" in verdict.summary
+    one = ddp_run("ws1", Layout(1, 1))
+    without(one.ranks[0], Ddp)
+    assert judge("grad_sync", one).passed  # one rank: nothing to synchronise, DDP or not
 
 
 def test_grad_sync_compares_every_step_so_gradients_never_zeroed_fail() -> None:

@@ -23,7 +23,8 @@ def test_reference_solution_gets_full_marks(tmp_path: Path, capsys: pytest.Captu
     assert results["score"] == 20
     assert "main (1 node × 2 ranks, 4 virtual GPUs): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3" in checks["stage_placement"]["output"]
     assert "2x2 (2 nodes × 2 ranks, 4 virtual GPUs each): rank 0→cuda:0+cuda:2, rank 1→cuda:1+cuda:3, rank 2→cuda:0+cuda:2" in checks["stage_placement"]["output"]
-    assert checks["sync_pattern"]["extra_data"]["allreduce_per_micro_batch"] == {"main": [0, 0, 0, 1], "m2": [0, 1], "uneven": [0, 0, 0, 1]}
+    assert checks["sync_pattern"]["extra_data"]["allreduce_per_micro_batch"] == {"main": [0, 0, 0, 1], "m2": [0, 1], "m8": [0] * 7 + [1], "uneven": [0, 0, 0, 1]}
+    assert "m8 (1 node × 2 ranks, 4 virtual GPUs, rank 1 the grader's witness): 8 forward and 8 backward passes per step on every rank, together its 20-row shard" in checks["passes_per_step"]["output"]
 
 
 def test_a_submission_with_int_devices_like_pytorchs_ddp_tutorial_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

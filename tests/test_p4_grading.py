@@ -8,7 +8,7 @@ import pytest
 
 from grader.grade.notebook import graded_cells, neutralise_magics, read_notebook
 from helpers import ROOT, assert_loses_exactly, checks_by_id, grade_in_process
-from p4_variants import ALL_CHECKS, VARIANTS
+from p4_variants import ALL_CHECKS, UNUSUAL_VARIANTS, VARIANTS
 from variants import Variant
 
 
@@ -53,8 +53,8 @@ def test_solution_full_marks_and_template_zero(tmp_path: Path, capsys: pytest.Ca
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
-def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("variant", VARIANTS + UNUSUAL_VARIANTS, ids=[v.name for v in VARIANTS + UNUSUAL_VARIANTS])
+def test_a_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     results = grade_in_process("p4", variant.write(tmp_path / variant.name, "p4"), tmp_path / "r.json")
     capsys.readouterr()
     assert_loses_exactly(results, variant.loses, variant.messages)

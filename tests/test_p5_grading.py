@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, assert_loses_exactly, checks_by_id, grade_in_process, load_results, run_cli
-from p5_variants import ALL_CHECKS, VARIANTS
+from p5_variants import ALL_CHECKS, UNUSUAL_VARIANTS, VARIANTS
 from variants import Variant
 
 pytestmark = pytest.mark.slow
@@ -44,8 +44,8 @@ def test_untouched_template_scores_zero(tmp_path: Path, capsys: pytest.CaptureFi
     assert checks["timing_table"]["output"].startswith("timing: fill in single_gpu.step_time")
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=[v.name for v in VARIANTS])
-def test_buggy_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("variant", VARIANTS + UNUSUAL_VARIANTS, ids=[v.name for v in VARIANTS + UNUSUAL_VARIANTS])
+def test_a_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     results = grade_in_process("p5", variant.write(tmp_path / variant.name, "p5"), tmp_path / "r.json")
     capsys.readouterr()
     assert_loses_exactly(results, variant.loses, variant.messages)

@@ -44,7 +44,7 @@ def test_reference_solution_gets_full_marks_on_every_layout(tmp_path: Path) -> N
         for run in ("ws1 (1 process)", "ws2 (1 node × 2 ranks, rank 1 the grader's witness)", "ws3 (1 node × 3 ranks, rank 2 the grader's witness)", "2x2 (2 nodes × 2 ranks, 2 virtual GPUs each)"):
             assert f"✓ {run}" in check["output"]
     assert "rank 2→cuda:0, rank 3→cuda:1" in checks["device_mapping"]["output"]
-    assert "3 × 21 rows; 1 left over and dropped" in checks["batch_shard"]["output"]
+    assert "3 × 21 rows; 1 left over and dropped, each row of the grader's batch fed by one rank" in checks["batch_shard"]["output"]
     assert checks["grad_sync"]["extra_data"]["allreduce_per_step"]["ws2"] == [1, 1, 1]
     assert "Score: 20 / 20" in done.stdout
     assert_views_beside(tmp_path / "R.json", results, done.stdout, {"ws1", "ws2", "ws3", "ws4", "2x2"})

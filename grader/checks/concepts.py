@@ -31,6 +31,7 @@ class ConceptsReference:
     out_features: int
     cases: Sequence[DPCase]
     mp_output: Sequence[float]  # layer2(layer1(x)), computed by the grader
+    mp_layer1_grad: Sequence[float] | None = None  # layer 1's weight gradient of its sum
 
 
 def _rank(ctx: CheckContext) -> tuple[JobResult | None, RankResult | None, str | None]:
@@ -70,6 +71,8 @@ def _dp_cases(ctx: CheckContext) -> tuple[ConceptsReference | None, list[DpCase]
             return None, [], _missing_function(rank, event.missing)
         if event.exception is not None:
             return None, [], f"simulate_data_parallel(model, x of {event.batch} rows, {event.parts}) {failures.failure(event.exception)}"
+        if event.returned is not None:
+            return None, [], f"simulate_data_parallel(model, x of {event.batch} rows, {event.parts}) returned {event.returned}; it must return two values: the list of chunks and the concatenated output"
     return ctx.references[run.spec.name], events, None
 
 
@@ -103,7 +106,11 @@ def dp_output(ctx: CheckContext) -> Verdict:
         diff = compare({"output": event.output}, {"output": case.output}, ctx.options["rtol"], ctx.options["atol"])
         if not diff.ok:
             return Verdict(False, f"{case.batch} rows into {case.parts} chunks: the output differs from the model's output on the whole batch ({diff.describe()}); keep the chunks' order")
-    return Verdict(True, f"equal to the single-device output in all {len(events)} cases")
+        wanted = [chunk[0] if chunk else 0 for chunk in event.chunks or ()]
+        if event.calls and list(event.calls) != wanted:
+            ran = ", ".join(map(str, event.calls))
+            return Verdict(False, f"{case.batch} rows into {case.parts} chunks: the model ran on {ran} rows, expected once per chunk, on {', '.join(map(str, wanted))} rows: run the model on each chunk and concatenate their outputs")
+    return Verdict(True, f"equal to the single-device output in all {len(events)} cases, the model run once per chunk")
 
 
 def _mp(rank: RankResult) -> Mp | None:
@@ -151,7 +158,13 @@ def mp_activation(ctx: CheckContext) -> Verdict:
     diff = compare({"output": event.output}, {"output": ref.mp_output}, ctx.options["rtol"], ctx.options["atol"])
     if not diff.ok:
         return Verdict(False, f"the output is not layer2(layer1(x)) ({diff.describe()})")
-    return Verdict(True, "activation moved cuda:0 → cuda:1; output equals layer2(layer1(x))")
+    if ref.mp_layer1_grad is not None:
+        if event.layer1_grad is None:
+            return Verdict(False, "the output is right, but no gradient reaches layer 1 through it: the activation was cut from the graph between the devices (.detach(), .data, a new tensor) — .to('cuda:1') keeps it, and layer 1 learns")
+        grad = compare({"layer1.weight.grad": event.layer1_grad}, {"layer1.weight.grad": ref.mp_layer1_grad}, ctx.options["rtol"], ctx.options["atol"])
+        if not grad.ok:
+            return Verdict(False, f"the output is right, but layer 1's gradient through it is not ({grad.describe()})")
+    return Verdict(True, "activation moved cuda:0 → cuda:1; output equals layer2(layer1(x)); gradients flow back to layer 1")
 
 
 def _choice(value: Any) -> str:
@@ -166,7 +179,12 @@ def concept_answers(ctx: CheckContext) -> Verdict:
         return Verdict(False, problem)
     event = rank.first(Answers)
     if event is None:
-        return Verdict(False, failures.explain(run) or "the answers cell was not run (is it tagged 'answers'?)")
+        return Verdict(False, failures.explain(run) or "the answers cell was not run")
+    cells = [cell for cell in rank.of_kind(Cell) if "answers" in cell.tags]
+    if not cells:
+        return Verdict(False, "no cell is tagged 'answers', so no answer was read: keep the template's tag on the answers cell (View → Cell Toolbar → Tags in Jupyter)")
+    broken = next((cell for cell in cells if not cell.ok), None)
+    crashed = f"the answers cell (cell {broken.index}) {failures.failure(broken.exception)}; " if broken and broken.exception else ""
     given = event.values
     expected: dict[str, Any] = {
         "easier_to_implement": "data",
@@ -183,7 +201,7 @@ def concept_answers(ctx: CheckContext) -> Verdict:
             wrong.append(f"{name} = {have!r}" if name in given else f"{name} is not set")
     right = len(expected) - len(wrong)
     if wrong:
-        return Verdict(False, f"{right} of {len(expected)} right; not right: {', '.join(wrong)}", fraction=right / len(expected))
+        return Verdict(False, f"{crashed}{right} of {len(expected)} right; not right: {', '.join(wrong)}", fraction=right / len(expected))
     return Verdict(True, f"all {len(expected)} right")
 
 

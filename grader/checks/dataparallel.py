@@ -7,6 +7,7 @@ taken from the submission.
 """
 from __future__ import annotations
 
+import re
 import statistics
 from types import MappingProxyType
 
@@ -107,9 +108,51 @@ def dp_wrapped(ctx: CheckContext) -> Verdict:
     return per_run(ctx, judge, "the model is on the first GPU and wrapped in DataParallel")
 
 
+SHAPE = re.compile(r"[\[(]\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*[\])]|\b(\d+)\s*[x×]\s*(\d+)\b")  # [22, 10], (22, 10), torch.Size([22, 10]), 22x10
+DEVICE = re.compile(r"cuda:\d+|\bcpu\b|device\(type='cuda', index=\d+\)")  # str(device), or its repr (a printed tuple)
+
+
+def printed_devices(text: str) -> set[str]:
+    """The devices a line of text names, as 'cuda:N' or 'cpu'."""
+    return {re.sub(r"device\(type='cuda', index=(\d+)\)", r"cuda:\1", found) for found in DEVICE.findall(text)}
+
+
+def printed_shapes(text: str) -> list[tuple[int, ...]]:
+    """The shapes a line of text names, written as torch, a tuple, a list or AxB prints them."""
+    shapes = []
+    for match in SHAPE.finditer(text):
+        numbers = match.group(1).split(",") if match.group(1) else [match.group(2), match.group(3)]
+        shapes.append(tuple(int(n) for n in numbers))
+    return shapes
+
+
+def replica_log_problem(call: Forward, texts: list[str]) -> str | None:
+    """Why what a replica printed inside forward does not name its device and input shape
+    (None when it does). `texts` are the writes made during that call: print writes each of
+    its arguments apart, so they are read together. Only this replica's device and shape may
+    appear: a table of every replica's is not a log of this one."""
+    device = call.inputs[0].device if call.inputs else "?"
+    shape = tuple(call.inputs[0].shape) if call.inputs else ()
+    said = f"{device} (shape {list(shape)})"
+    if not texts:
+        return f"{said}: nothing printed"
+    text = " ".join(t.strip() for t in texts)
+    shown = f"printed {text[:120]!r}"
+    devices = printed_devices(text)
+    if devices != {device}:
+        others = sorted(devices - {device})
+        return f"{said}: {shown} — " + (f"it names {', '.join(others)} too: print this replica's x.device only" if device in devices else "print the device x is on (x.device)")
+    shapes = [s for s in printed_shapes(text) if len(s) == len(shape)]
+    if shape not in shapes:
+        return f"{said}: {shown} — print x.shape (this replica's rows and features)"
+    if any(s != shape for s in shapes):
+        return f"{said}: {shown} — it names other shapes too: print this replica's x.shape only"
+    return None
+
+
 def shape_log(ctx: CheckContext) -> Verdict:
-    """Inside forward, every replica printed the device and the shape of its input (checked
-    against the device and rows the grader saw that replica get)."""
+    """Inside forward, every replica printed the device and the shape of its input, and no
+    other (checked against the device and shape the grader saw that replica get)."""
 
     def judge(run: JobResult) -> tuple[bool, str]:
         rank = run.ranks[0]
@@ -117,14 +160,13 @@ def shape_log(ctx: CheckContext) -> Verdict:
         if kind is None or not calls:
             return False, failures.explain(run) or "the model never ran"
         printed = [e for e in rank.of_kind(ForwardOutput) if e.step == 0]
-        missing = []
+        problems = []
         for call in calls:
-            device, rows = _rows_on(call)
-            texts = [e.text for e in printed if e.depth == call.depth and e.inputs == call.inputs]
-            if not any(device in text and str(rows) in text for text in texts):
-                missing.append(f"{device} ({rows} rows)" + (f": printed {texts[0].strip()!r}" if texts else ": nothing printed"))
-        if missing:
-            return False, f"no line naming the device and the rows from inside forward for {'; '.join(missing[:3])}"
+            problem = replica_log_problem(call, [e.text for e in printed if e.depth == call.depth and e.inputs == call.inputs])
+            if problem:
+                problems.append(problem)
+        if problems:
+            return False, f"no line naming the device and the shape from inside forward for {'; '.join(problems[:3])}"
         return True, f"{len(calls)} replica(s) logged their device and input shape"
 
     return per_run(ctx, judge, "every replica logs its device and input shape from inside forward")

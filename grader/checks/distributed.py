@@ -10,6 +10,7 @@ gradient, and records that claim what the witness did not see fail the check, sa
 """
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -35,6 +36,7 @@ class Trajectory:
     grads: Sequence[Mapping[str, Sequence[float]]]  # before optimizer step i
     params: Sequence[Mapping[str, Sequence[float]]]  # after optimizer step i
     samples: int  # how many samples of the global batch a full step uses
+    batches: Sequence[Sequence[float]] = ()  # each step's global batch, a sum per row (what the recorder's `rows` holds)
 
 
 def _yours(run: JobResult, plural: str, singular: str) -> str:
@@ -58,8 +60,8 @@ def setup_values(rank: RankResult) -> dict:
 
 # ---------------------------------------------------------------- rank setup
 def rank_setup(ctx: CheckContext) -> Verdict:
-    """Each rank's process group, and the script's own rank / local rank / world size
-    variables, agree with what the launcher gave that rank."""
+    """Each rank's process group (nccl with GPUs), and the script's own rank / local rank /
+    world size variables, agree with what the launcher gave that rank."""
     names = {role: ctx.options[f"{role}_variable"] for role in ("rank", "local_rank", "world_size")}
 
     def judge(run: JobResult) -> tuple[bool, str]:
@@ -75,6 +77,8 @@ def rank_setup(ctx: CheckContext) -> Verdict:
             if group is None:
                 problems.append(f"rank {rank.rank} never initialised the process group ({failures.rank_end(rank) or 'no call seen'})")
                 continue
+            if ctx.gpus_of(run) and "nccl" not in group.requested.lower() and group.requested != "None":
+                problems.append(f"rank {rank.rank}: init_process_group(backend={group.requested!r}) with GPUs, expected 'nccl' (nccl when CUDA is available, gloo otherwise)")
             if (group.rank, group.world_size) != (rank.rank, run.layout.world_size):
                 problems.append(
                     f"rank {rank.rank}: the process group says rank {group.rank} of {group.world_size}, "
@@ -142,6 +146,11 @@ def device_mapping(ctx: CheckContext) -> Verdict:
             if wrapped and wrapped.device_ids not in (None, (str(rank.local_rank),), (want,)):
                 ids = list(wrapped.device_ids or ())
                 problems.append(f"rank {rank.rank}: DDP(device_ids={ids}), expected [{rank.local_rank}]" if want != "cpu" else f"rank {rank.rank}: DDP(device_ids={ids}) on the CPU, expected None")
+            elif wrapped and want != "cpu" and wrapped.current_device not in (None, want):
+                problems.append(
+                    f"rank {rank.rank}: the current CUDA device was {wrapped.current_device} when DDP was built, expected {want} — "
+                    "make the rank's GPU current with torch.cuda.set_device(device) (NCCL's collectives and the CUDA defaults use it)"
+                )
         if gpus:
             for where, ranks in sorted(used.items()):
                 if len(ranks) > 1:
@@ -154,8 +163,84 @@ def device_mapping(ctx: CheckContext) -> Verdict:
 
 
 # --------------------------------------------------------------- batch shard
+ROW_TOLERANCE = 1e-9  # relative: a row's sum in float64 is the grader's up to summation order
+
+
+def fed_rows(rank: RankResult) -> dict[int, list[float]]:
+    """The rows (each summed, the recorder's `rows`) a rank fed its model while training, by step."""
+    by_step: dict[int, list[float]] = {}
+    for call in model_forwards(rank):
+        if call.rows is not None:
+            by_step.setdefault(call.step, []).extend(call.rows)
+    return by_step
+
+
+def row_indices(sums: Sequence[float], batch: Sequence[float]) -> list[int | None]:
+    """Where each row sum is in `batch` (the grader's sums of a global batch), None where it is
+    none of its rows."""
+    order = sorted(range(len(batch)), key=batch.__getitem__)
+    keys = [batch[i] for i in order]
+    found: list[int | None] = []
+    for value in sums:
+        at = bisect.bisect_left(keys, value)
+        near = [j for j in (at - 1, at) if 0 <= j < len(keys) and abs(keys[j] - value) <= ROW_TOLERANCE * (1 + abs(value))]
+        found.append(order[near[0]] if near else None)
+    return found
+
+
+def row_ranges(indices: Sequence[int], most: int = 4) -> str:
+    """'0–15, 32–47' for a set of row numbers (at most `most` ranges, then '…')."""
+    spans: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    text = ", ".join(f"{a}–{b}" if b > a else str(a) for a, b in spans[:most])
+    return text + (", …" if len(spans) > most else "")
+
+
+def shard_problems(run: JobResult, batches: Sequence[Sequence[float]], want: int) -> list[str]:
+    """What is wrong with the rows the ranks fed, step by step: rows not of the grader's batch,
+    a row fed twice, a row two ranks fed, more or fewer rows than a shard. Any split into equal
+    disjoint shards is right; in a run with the grader's witness its rank keeps the TODO's
+    shard (rows (world - 1) * shard onwards), which the others must leave to it."""
+    world = run.layout.world_size
+    owners: dict[int, dict[int, str]] = {}
+    if run.spec.witness is not None:
+        last = range((world - 1) * want, world * want)
+        owners = {step: dict.fromkeys(last, f"the grader's witness (rank {world - 1})") for step in range(len(batches))}
+    problems = []
+    for rank in run.ranks:
+        for step, sums in sorted(fed_rows(rank).items()):
+            if step >= len(batches):
+                continue
+            where = row_indices(sums, batches[step])
+            rows = [i for i in where if i is not None]
+            own = f"rank {rank.rank}"
+            if len(rows) < len(where):
+                problems.append(f"{own} fed {len(where) - len(rows)} row(s) in step {step} that are not in the step's global batch (keep the template's get_batch)")
+            elif len(set(rows)) < len(rows):
+                problems.append(f"{own} fed {len(rows) - len(set(rows))} row(s) of step {step} more than once")
+            elif len(rows) != want:
+                whole = " — the whole batch: each rank keeps only its shard" if len(rows) == len(batches[step]) else ""
+                problems.append(f"{own} fed {len(rows)} rows in step {step} (rows {row_ranges(rows)}), expected {want}{whole}")
+            else:
+                taken = owners.setdefault(step, {})
+                shared = [i for i in rows if i in taken]
+                if shared:
+                    other = taken[shared[0]]
+                    local = " — the shard follows RANK, not LOCAL_RANK" if rank.local_rank != rank.rank and shared == rows else ""
+                    problems.append(f"{own} and {other} both fed rows {row_ranges(shared)} of step {step}{local}")
+                taken.update(dict.fromkeys(rows, own))
+                continue
+            break
+    return problems
+
+
 def batch_shard(ctx: CheckContext) -> Verdict:
-    """Every rank feeds batch_size // world_size samples per step to the model."""
+    """Every rank feeds batch_size // world_size samples of the grader's global batch per step
+    to the model, and no sample is fed by two ranks."""
     def judge(run: JobResult) -> tuple[bool, str]:
         batch = int(ctx.args_of(run)[ctx.options["batch_argument"]])
         world = run.layout.world_size
@@ -172,11 +257,15 @@ def batch_shard(ctx: CheckContext) -> Verdict:
             if wrong:
                 hint = " — every rank trains on the whole batch" if wrong == [batch] and world > 1 else ""
                 problems.append(f"rank {rank.rank} fed {', '.join(map(str, wrong))} rows per step to the model, expected {want} (= {batch} // {world}){hint}")
+        refs: Sequence[Trajectory] = ctx.references.get(run.spec.name, ())
+        batches = refs[0].batches if refs else ()
+        problems = problems or shard_problems(run, batches, want)
         if problems:
             return False, "; ".join(problems[:3])
         left = batch - want * world
         dropped = f"; {left} left over and dropped" if left else ""
-        return True, f"{world} × {want} rows{dropped}"
+        disjoint = ", each row of the grader's batch fed by one rank" if batches and any(fed_rows(r) for r in run.ranks) else ""
+        return True, f"{world} × {want} rows{dropped}{disjoint}"
 
     return per_run(ctx, judge, "each rank takes an equal share of the global batch")
 
@@ -345,6 +434,12 @@ def grad_sync(ctx: CheckContext) -> Verdict:
             if step == 0:
                 return False, f"gradients are the same on every rank but not the full-batch gradient ({diff.describe()}){gradient_hint(ctx, run, observed, ref)}; {calls}"
             return False, f"step {step}: gradients are the same on every rank but not the full-batch gradient ({diff.describe()}) — step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?; {calls}"
+        unwrapped = [r.rank for r in run.ranks if r.first(Ddp) is None]
+        if run.layout.world_size > 1 and unwrapped:
+            return False, (
+                f"the gradients are right, but rank {unwrapped[0]} built no DistributedDataParallel: wrap the model in DDP, as the TODO asks "
+                f"(DDP all-reduces bucket by bucket while backward runs; an average after backward waits for all of it); {calls}"
+            )
         return True, f"identical on all ranks, equal to the full-batch gradient in every step; {calls}"
 
     return per_run(ctx, judge, "gradients are synchronised and equal to single-process training", {"allreduce_per_step": patterns})

@@ -10,11 +10,11 @@ part in; records that say otherwise fail.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Sequence
 
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
-from grader.checks.distributed import witness_failure, witness_of
+from grader.checks.distributed import Trajectory, shard_problems, witness_failure, witness_of
 from grader.checks.runs import missing, per_run
 from grader.probe.events import AllReduce, Backward, Forward, Model, OptGrads
 from grader.run.job import JobResult, RankResult
@@ -93,26 +93,49 @@ def passes(rank: RankResult) -> dict[int, tuple[int, int]]:
     return {step: (f, b) for step, (f, b) in counts.items()}
 
 
+def micro_batch_sizes(rank: RankResult) -> dict[int, list[int]]:
+    """The rows of each outermost model call with gradients on (a training pass), by step."""
+    sizes: dict[int, list[int]] = {}
+    for event in rank.of_kind(Forward):
+        if event.depth == 0 and event.has_params and event.rows is not None:
+            sizes.setdefault(event.step, []).append(len(event.rows))
+    return sizes
+
+
 def passes_per_step(ctx: CheckContext) -> Verdict:
-    """Every rank runs MICRO_BATCHES forward and backward passes per optimizer step."""
+    """Every rank runs MICRO_BATCHES forward and backward passes per optimizer step, each on a
+    non-empty part of its shard, the parts together its whole shard of the grader's batch."""
 
     def judge(run: JobResult) -> tuple[bool, str]:
         want = micro_batches(ctx, run)
-        steps = int(ctx.args_of(run)[ctx.options["steps_argument"]])
+        args = ctx.args_of(run)
+        steps = int(args[ctx.options["steps_argument"]])
+        shard = int(args[ctx.options["batch_argument"]]) // run.layout.world_size
+        chunk_pieces = -(-shard // -(-shard // want)) if shard else 0  # what torch.chunk(shard, want) gives
         if not any(r.of_kind(OptGrads) for r in run.ranks):
             return missing(run, "an optimizer step")
         for rank in run.ranks:
             taken = len(rank.of_kind(OptGrads))
             if taken > steps:
                 return False, f"rank {rank.rank} took {taken} optimizer steps for {steps} training steps — is optimizer.step() inside the micro-batch loop? (accumulate, then step once)"
+            sizes = micro_batch_sizes(rank)
             for step, (forwards, backwards) in sorted(passes(rank).items()):
                 if step >= taken:
                     continue  # after the last optimizer step
                 if (forwards, backwards) != (want, want):
-                    return False, f"rank {rank.rank}, step {step}: {forwards} forward and {backwards} backward passes, expected {want} each (micro_batches {want})"
+                    chunk = f" — torch.chunk gives {chunk_pieces} pieces of a {shard}-row shard, not {want}: use tensor_split" if forwards == backwards == chunk_pieces != want else ""
+                    return False, f"rank {rank.rank}, step {step}: {forwards} forward and {backwards} backward passes, expected {want} each (micro_batches {want}){chunk}"
+                rows = sizes.get(step)
+                if rows and (0 in rows or sum(rows) != shard):
+                    empty = f" ({rows.count(0)} empty)" if 0 in rows else ""
+                    return False, f"rank {rank.rank}, step {step}: micro-batches of {rows} rows{empty}, expected {want} non-empty parts of its {shard}-row shard, e.g. tensor_split's sizes"
             if taken < steps:
                 return False, f"rank {rank.rank} took {taken} of {steps} optimizer steps ({failures.rank_end(rank) or failures.explain(run) or 'stopped early'})"
-        return True, f"{want} forward and {want} backward passes per step on every rank"
+        refs: Sequence[Trajectory] = ctx.references.get(run.spec.name, ())
+        problems = shard_problems(run, refs[0].batches if refs else (), shard)
+        if problems:
+            return False, "the micro-batches of a step are not the rank's shard: " + "; ".join(problems[:2])
+        return True, f"{want} forward and {want} backward passes per step on every rank, together its {shard}-row shard"
 
     return per_run(ctx, judge, "every rank runs one forward and one backward pass per micro-batch")
 
@@ -225,7 +248,7 @@ def hybrid_answers(ctx: CheckContext) -> Verdict:
 
 
 STAGES = {"stage1": OptionDef(str, "stage1"), "stage2": OptionDef(str, "stage2")}
-ARGUMENTS = {"micro_batches_argument": OptionDef(str, "micro_batches"), "steps_argument": OptionDef(str, "steps")}
+ARGUMENTS = {"micro_batches_argument": OptionDef(str, "micro_batches"), "steps_argument": OptionDef(str, "steps"), "batch_argument": OptionDef(str, "batch_size")}
 
 CHECKS = MappingProxyType(
     {

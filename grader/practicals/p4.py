@@ -50,7 +50,10 @@ def references(args: Mapping[str, Any], runs: Sequence[RunDef]) -> dict[str, Con
         for index, (batch, parts) in enumerate(driver.cases(seed)):
             model, x = driver.dp_case(seed, index, batch, dims)
             cases.append(DPCase(batch=batch, parts=parts, output=driver.values(model(x))))
-        layer1, layer2, x = driver.mp_case(seed, int(args["mp_batch"]), dims)
-        mp_output = driver.values(layer2(layer1(x)))
-    reference = ConceptsReference(in_features=dims[0], out_features=dims[2], cases=tuple(cases), mp_output=mp_output)
+    layer1, layer2, x = driver.mp_case(seed, int(args["mp_batch"]), dims)
+    output = layer2(layer1(x))
+    output.sum().backward()
+    reference = ConceptsReference(
+        in_features=dims[0], out_features=dims[2], cases=tuple(cases), mp_output=driver.values(output), mp_layer1_grad=driver.values(layer1.weight.grad)
+    )
     return {run.name: reference for run in runs}

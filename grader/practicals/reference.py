@@ -29,16 +29,17 @@ def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim:
         return {name: t.detach().double().reshape(-1).tolist() for name, t in tensors.items()}
 
     initial = values(dict(model.named_parameters()))
-    grads, params = [], []
+    grads, params, batches = [], [], []
     for step in range(steps):
         x, y = global_batch(seed, step, batch_size, dim)
+        batches.append(x.double().sum(1).tolist())
         loss = nn.functional.mse_loss(model(x[:used]), y[:used])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grads.append(values({n: p.grad for n, p in model.named_parameters()}))
         optimizer.step()
         params.append(values(dict(model.named_parameters())))
-    return Trajectory(initial=initial, grads=grads, params=params, samples=used)
+    return Trajectory(initial=initial, grads=grads, params=params, samples=used, batches=batches)
 
 
 def data_parallel_references(args: Mapping[str, Any], runs: Sequence[RunDef], build: Callable[[int, int], Any]) -> dict[str, tuple[Trajectory, ...]]:

@@ -141,11 +141,13 @@ class DestroyPg(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Ddp(Event):
-    """A DistributedDataParallel was built: its device_ids and its parameters' devices."""
+    """A DistributedDataParallel was built: its device_ids, its parameters' devices and the
+    current CUDA device."""
 
     kind: ClassVar[str] = "ddp"
     device_ids: tuple[str, ...] | None
     param_devices: tuple[str, ...]
+    current_device: str | None = None  # the current CUDA device as DDP was built (None without CUDA)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,6 +223,7 @@ class Forward(Span):
     replica: bool
     inputs: tuple[TensorInfo, ...]
     devices: tuple[str, ...] | None  # its parameters' devices, where recorded
+    rows: tuple[Value, ...] | None = None  # a model call's first input, each row summed (values steps, gradients on)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -346,6 +349,7 @@ class Cell(Event):
     index: int
     ok: bool
     exception: ExceptionInfo | None = None
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -361,6 +365,8 @@ class DpCase(Event):
     output_shape: tuple[int, ...] | None = None
     output: tuple[Value, ...] | None = None
     exception: ExceptionInfo | None = None
+    returned: str | None = None  # what came back, when it was not (chunks, output)
+    calls: tuple[int, ...] | None = None  # the rows of each call of the model during the case
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,6 +382,7 @@ class Mp(Event):
     output_shape: tuple[int, ...] | None = None
     output: tuple[Value, ...] | None = None
     exception: ExceptionInfo | None = None
+    layer1_grad: tuple[Value, ...] | None = None  # layer 1's weight gradient after output.sum().backward() (None: it got none)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -89,6 +89,7 @@ from grader.probe.recorder import EventFile
 from grader.probe.typed import MAX_ITEMS, clip
 
 SOURCE_LINE_LIMIT = 200
+MAX_ROWS = 4096  # the most rows of a model call whose sums are recorded (a batch of the correctness runs is far smaller)
 WRAPPERS = (DistributedDataParallel, DataParallel)
 DeviceOf = Callable[[torch.Tensor], torch.device]
 Mark = tuple[float, int, int]  # a span's start: monotonic time, sequence number, step
@@ -279,6 +280,24 @@ class Probe:
         with torch._C.DisableTorchFunction():
             return tuple(TensorInfo(shape=tuple(a.shape), device=self.device_name(a)) for a in args if isinstance(a, torch.Tensor))
 
+    def row_sums(self, args: tuple) -> tuple[float, ...] | None:
+        """Each row of a model call's first tensor argument summed, in float64: which samples
+        of the grader's batch the call fed (batch_shard). Taken while values are, with
+        gradients on (an evaluation pass is not training), for at most MAX_ROWS rows."""
+        options = self.options
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if not (options.values and self.step < options.max_value_steps and torch.is_grad_enabled()) or first is None:
+            return None
+        try:
+            with torch._C.DisableTorchFunction():
+                if first.dim() == 0 or not first.is_floating_point() or first.shape[0] > MAX_ROWS:
+                    return None
+                rows = first.detach().to("cpu", torch.float64)
+                return tuple((rows.flatten(1).sum(1) if rows.dim() > 1 else rows).tolist())
+        except Exception as exc:  # noqa: BLE001 -- the call is recorded without its rows
+            self._failed("reading a model call's rows", exc)
+            return None
+
     def describe(self, value: Any) -> Any:
         """A small JSON value describing a value from the script's namespace."""
         if value is None or isinstance(value, (bool, float)) or (isinstance(value, int) and abs(value) < 1 << 63):
@@ -453,7 +472,8 @@ class Probe:
             device_ids = kwargs.get("device_ids", args[1] if len(args) > 1 else None)
             self._remember_model(ddp.module)
             self._models_seen.add(ddp)
-            self.emit(Ddp, device_ids=tuple(str(d) for d in device_ids) if device_ids is not None else None, param_devices=self._parameter_devices(ddp.module))
+            current = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else None
+            self.emit(Ddp, device_ids=tuple(str(d) for d in device_ids) if device_ids is not None else None, param_devices=self._parameter_devices(ddp.module), current_device=current)
             self._emit_model(ddp, "ddp")
             self._emit_globals("ddp")
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -552,6 +572,7 @@ class Probe:
             "replica": _is_replica(module),
             "inputs": self.inputs(args),
             "devices": devices,
+            "rows": self.row_sums(args) if shown and shown["role"] == "model" else None,
         }
 
     def _forward_pre(self, module, args) -> None:

@@ -28,7 +28,7 @@ def run_cells(cells: list[dict], notebook: str, emit: Emit) -> dict:
         try:
             exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - the student's graded cell
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing cell is an observation
-            emit(Cell, index=cell["index"], ok=False, exception=describe_exception(exc, os.getcwd()))
+            emit(Cell, index=cell["index"], ok=False, exception=describe_exception(exc, os.getcwd()), tags=tuple(cell["tags"]))
         else:
-            emit(Cell, index=cell["index"], ok=True)
+            emit(Cell, index=cell["index"], ok=True, tags=tuple(cell["tags"]))
     return namespace

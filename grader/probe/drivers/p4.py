@@ -23,12 +23,23 @@ CELLS_FILE = "cells.json"
 FIXED_CASES = ((64, 2), (64, 3), (10, 4), (6, 4))  # (batch, chunks): even, uneven, fewer chunks
 ANSWERS = ("easier_to_implement", "helps_large_model", "main_overhead", "chunks_of_64_by_3", "chunks_of_10_by_4")
 MAX_VALUES = 4096
+MAX_CALLS = 64  # model calls of one case recorded (a case has at most 6 chunks)
+
+
+def _chunk_count(batch: int, parts: int) -> int:
+    return -(-batch // -(-batch // parts))
 
 
 def cases(seed: int) -> list[tuple[int, int]]:
-    """The fixed cases and one drawn from the seed (never known before the grading)."""
+    """The fixed cases (the self-check shows them) and three drawn from the seed (never known
+    before the grading): one where torch.chunk gives fewer chunks than asked, one uneven split
+    where it differs from tensor_split's (the remainder neither 0 nor parts - 1), one free."""
     draw = random.Random(seed)
-    return [*FIXED_CASES, (draw.randint(5, 99), draw.randint(2, 6))]
+    parts = draw.randint(3, 6)
+    fewer = draw.choice([b for b in range(parts + 1, 6 * parts) if _chunk_count(b, parts) < parts])
+    parts_uneven = draw.randint(3, 6)
+    uneven = draw.choice([b for b in range(5, 100) if b % parts_uneven not in (0, parts_uneven - 1) and _chunk_count(b, parts_uneven) == parts_uneven])
+    return [*FIXED_CASES, (fewer, parts), (uneven, parts_uneven), (draw.randint(5, 99), draw.randint(2, 6))]
 
 
 def dp_case(seed: int, index: int, batch: int, dims: tuple[int, int, int]) -> tuple[nn.Module, torch.Tensor]:
@@ -81,14 +92,35 @@ def exercise_dp(namespace: dict, seed: int, dims: tuple[int, int, int], emit: Em
         if problem:
             emit(DpCase, **record, **problem)
             continue
+        calls: list[int] = []
+        model.register_forward_pre_hook(lambda module, args: calls.append(int(args[0].shape[0]) if args and isinstance(args[0], torch.Tensor) and args[0].dim() else 0))
         try:
-            chunks, output = namespace["simulate_data_parallel"](model, x, parts)
-            record["chunks"] = tuple(tuple(c.shape) for c in chunks)
-            record["output_shape"] = tuple(output.shape)
-            record["output"] = values(output)
+            result = namespace["simulate_data_parallel"](model, x, parts)
         except Exception as exc:  # noqa: BLE001 - the student's error is the observation
             record["exception"] = describe_exception(exc, os.getcwd())
+        else:
+            record["calls"] = tuple(calls[:MAX_CALLS])
+            returned = unexpected_return(result)
+            if returned:
+                record["returned"] = returned
+            else:
+                chunks, output = result
+                record["chunks"] = tuple(tuple(c.shape) for c in chunks)
+                record["output_shape"] = tuple(output.shape)
+                record["output"] = values(output)
         emit(DpCase, **record)
+
+
+def unexpected_return(result: Any) -> str | None:
+    """What simulate_data_parallel returned, when it is not (a sequence of tensors, a tensor)."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        return f"{type(result).__name__[:40]}" + (f" of {len(result)} values" if isinstance(result, (tuple, list)) else "")
+    chunks, output = result
+    if not isinstance(chunks, (tuple, list)) or not all(isinstance(c, torch.Tensor) for c in chunks):
+        return f"({type(chunks).__name__[:40]}, {type(output).__name__[:40]}) whose first value is not a list of tensors (the chunks)"
+    if not isinstance(output, torch.Tensor):
+        return f"(chunks, {type(output).__name__[:40]}) whose second value is not a tensor (the output)"
+    return None
 
 
 def exercise_mp(namespace: dict, seed: int, batch: int, dims: tuple[int, int, int], emit: Emit) -> None:
@@ -118,9 +150,25 @@ def exercise_mp(namespace: dict, seed: int, batch: int, dims: tuple[int, int, in
         layer.register_forward_pre_hook(note_input(label))
     try:
         output = namespace["model_parallel_forward"](first, second, x.to("cuda:0"))
-        emit(Mp, stage="forward", devices=devices, inputs=seen, output_device=str(output.device), output_shape=tuple(output.shape), output=values(output))
+        shape, where, out = tuple(output.shape), str(output.device), values(output)
     except Exception as exc:  # noqa: BLE001
         emit(Mp, stage="forward", devices=devices, inputs=seen, exception=describe_exception(exc, cwd))
+        return
+    emit(Mp, stage="forward", devices=devices, inputs=seen, output_device=where, output_shape=shape, output=out, layer1_grad=layer1_gradient(output, first))
+
+
+def layer1_gradient(output: Any, layer1: nn.Module) -> tuple[float, ...] | None:
+    """Layer 1's weight gradient after output.sum().backward(): None when none reaches it (an
+    activation detached between the devices, an output that needs no gradient)."""
+    weight = getattr(layer1, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        return None
+    weight.grad = None
+    try:
+        output.sum().backward()
+    except Exception:  # noqa: BLE001 - no graph back to layer 1: no gradient, which the check reports
+        return None
+    return values(weight.grad) if weight.grad is not None else None
 
 
 def main(emit: Emit, argv: list[str] | None = None) -> None:
