@@ -12,6 +12,12 @@ ALL_CHECKS = ("rank_setup", "device_mapping", "batch_shard", "grad_sync", "param
 WRAP = '    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)\n'
 SHARD = "    x = x[rank * shard : (rank + 1) * shard].to(device)\n    y = y[rank * shard : (rank + 1) * shard].to(device)\n"
 LOSS = "    loss = loss_fn(model(x), y)\n"
+SAMPLED = (  # the shard through a DataLoader with a DistributedSampler (drop_last: every shard the same size)
+    "    data = TensorDataset(x, y)\n"
+    "    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, {shuffle}drop_last=True)\n"
+    "    x, y = next(iter(DataLoader(data, batch_size=shard, sampler=sampler)))\n"
+    "    x, y = x.to(device), y.to(device)\n"
+)
 
 VARIANTS = (
     Variant(
@@ -173,14 +179,18 @@ UNUSUAL_VARIANTS = (
             (SCRIPT, "torch.manual_seed(seed)\n", "torch.manual_seed(seed + rank)  # DDP copies rank 0's weights to every rank\n"),
             (SCRIPT, 'rank = int(os.environ["RANK"])', "rank = dist.get_rank()"),
             (SCRIPT, "    if master_process and (step % log_every == 0 or step == steps - 1):\n", "    print(f'rank {rank} step {step}', flush=True)\n    if master_process and (step % log_every == 0 or step == steps - 1):\n"),
+            (SCRIPT, SHARD, SAMPLED.format(shuffle="shuffle=False, ")),  # rank r takes rows r, r + world_size, ...
+            (SCRIPT, "import os\n", "import os\n\nfrom torch.utils.data import DataLoader, DistributedSampler, TensorDataset\n"),
         ),
         frozenset(),
     ),
     Variant(
-        "static_graph_bucket_views_and_tiny_buckets_then_a_barrier",
+        "static_graph_bucket_views_tiny_buckets_a_shuffling_sampler_then_a_barrier",
         (
             (SCRIPT, WRAP, WRAP.replace("else None)", "else None, static_graph=True, gradient_as_bucket_view=True, bucket_cap_mb=0.001)")),
             (SCRIPT, "    dist.destroy_process_group()", "    dist.barrier()  # wait for every rank before leaving\n    dist.destroy_process_group()"),
+            (SCRIPT, SHARD, SAMPLED.format(shuffle="")),  # DistributedSampler's default shuffle: disjoint shards all the same
+            (SCRIPT, "import os\n", "import os\n\nfrom torch.utils.data import DataLoader, DistributedSampler, TensorDataset\n"),
         ),
         frozenset(),
     ),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.probe.events import AllReduce, AllReduceCall, Backward, DdpArgs, DdpForward, Exit, InitPg, Optimizer, to_json
-from grader.probe.witness import GaveUp, PeerRecords, explain, mirror_all_reduce, peer_ddp_args
+from grader.probe.events import AllReduce, AllReduceCall, Backward, DdpArgs, DdpForward, Exit, Forward, InitPg, Optimizer, to_json
+from grader.probe.witness import SHARD_LAYOUTS, GaveUp, PeerRecords, explain, layout_of, mirror_all_reduce, peer_ddp_args, shard_rows
 
 OPTIONS = DdpArgs(t=0.1, seq=2, step=0, find_unused_parameters=True, static_graph=False, gradient_as_bucket_view=False, bucket_cap_mb=0.5)
 
@@ -76,3 +76,32 @@ def test_an_all_reduce_the_witness_cannot_take_part_in_is_said_plainly() -> None
     with pytest.raises(GaveUp, match="cannot take part in"):
         mirror_all_reduce(AllReduceCall(t=0.0, seq=1, step=0, shape=(1,), dtype="os.system", op="SUM", default_group=True))
     assert explain(GaveUp("your rank 0 all-reduced on a process group of its own"), 10) == "your rank 0 all-reduced on a process group of its own"
+
+
+def test_the_witness_takes_its_shard_the_way_rank_0s_first_pass_shows() -> None:
+    """Contiguous shards (the TODO), every world-th row (DistributedSampler without shuffle) or
+    DistributedSampler's seeded shuffle: every split is disjoint, and rank 0's first rows name it."""
+    sums = [float(row) * 1.5 for row in range(64)]  # a row's sum, one per row of the grader's batch
+    for layout in SHARD_LAYOUTS:
+        shards = [shard_rows(layout, 64, 3, rank) for rank in range(3)]
+        assert all(len(shard) == 21 for shard in shards)
+        assert len({row for shard in shards for row in shard}) == 63
+        first = tuple(sums[row] for row in shards[0][:5])
+        assert layout_of(first, sums, 64, 3) == layout
+    assert shard_rows("strided", 64, 3, 2)[:3] == [2, 5, 8]
+    assert layout_of(None, sums, 64, 3) == "contiguous"  # no rows recorded: the TODO's split
+    assert layout_of((sums[7], sums[3]), sums, 64, 3) == "contiguous"  # a split of its own: the gradients will tell
+
+
+def test_rank_0s_first_rows_are_read_ahead_and_what_came_before_them_is_still_taken(tmp_path: Path) -> None:
+    forward = DdpForward(t=0.1, seq=1, step=0, sync=True)
+    call = AllReduceCall(t=0.15, seq=2, step=0, shape=(1,), dtype="float32", op="SUM", default_group=True)
+    inner = Forward(t=0.2, seq=3, step=0, dur=0.01, module="Linear", name="0", label="Linear", role=None, depth=1, call=1, has_params=True, replica=False, inputs=(), devices=None)
+    model = Forward(t=0.2, seq=4, step=0, dur=0.02, module="DistributedDataParallel", name=None, label="DDP", role="model", depth=0, call=1, has_params=True, replica=False, inputs=(), devices=None, rows=(1.5, -2.0))
+    records = PeerRecords(str(lines(tmp_path / "r0", *(to_json(e) for e in (forward, call, inner, model)))))
+    assert records.next((DdpForward, AllReduceCall), wait_s=1.0) == forward
+    assert records.first_rows(wait_s=1.0, keep=(DdpForward, AllReduceCall, Optimizer)) == (1.5, -2.0)
+    assert records.next((DdpForward, AllReduceCall), wait_s=1.0) == call
+    ended = PeerRecords(str(lines(tmp_path / "r1", to_json(Exit(t=0.3, seq=5, step=0, how="returned", code=0)))))
+    assert ended.first_rows(wait_s=1.0, keep=(Exit,)) is None
+    assert isinstance(ended.next((Exit,), wait_s=0.05), Exit)  # put back for the witness's own loop

@@ -22,6 +22,7 @@ from grader.checks.runs import missing, per_run
 from grader.checks.numeric import Difference, Named, compare, named, scale
 from grader.probe.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, OptGrads, Optimizer
 from grader.probe.messages import WitnessReport
+from grader.probe.witness import shard_rows
 from grader.run.job import JobResult, RankResult
 
 
@@ -203,13 +204,13 @@ def row_ranges(indices: Sequence[int], most: int = 4) -> str:
 def shard_problems(run: JobResult, batches: Sequence[Sequence[float]], want: int) -> list[str]:
     """What is wrong with the rows the ranks fed, step by step: rows not of the grader's batch,
     a row fed twice, a row two ranks fed, more or fewer rows than a shard. Any split into equal
-    disjoint shards is right; in a run with the grader's witness its rank keeps the TODO's
-    shard (rows (world - 1) * shard onwards), which the others must leave to it."""
+    disjoint shards is right; in a run with the grader's witness, its rank keeps the rows the
+    split rank 0's first pass showed gives it, which the others must leave to it."""
     world = run.layout.world_size
     owners: dict[int, dict[int, str]] = {}
     if run.spec.witness is not None:
-        last = range((world - 1) * want, world * want)
-        owners = {step: dict.fromkeys(last, f"the grader's witness (rank {world - 1})") for step in range(len(batches))}
+        layout = run.witness.layout if isinstance(run.witness, WitnessReport) else "contiguous"
+        owners = {step: dict.fromkeys(shard_rows(layout, len(batch), world, world - 1), f"the grader's witness (rank {world - 1})") for step, batch in enumerate(batches)}
     problems = []
     for rank in run.ranks:
         for step, sums in sorted(fed_rows(rank).items()):

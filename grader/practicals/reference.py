@@ -7,16 +7,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from grader.checks.distributed import Trajectory
 from grader.probe.messages import WitnessPlan
-from grader.probe.witness import global_batch
+from grader.probe.witness import global_batch, shard_rows
 from grader.spec.model import RunDef
 
 SETTINGS = ("seed", "batch_size", "dim", "hidden", "steps", "lr")
 
 
-def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim: int, steps: int, lr: float, used: int, **_: Any) -> Trajectory:
-    """Train `build()` (made under torch.manual_seed(seed)) with SGD on the first `used`
-    samples of every global batch: x, y ~ N(0, 1) from a generator seeded with seed*1000+step,
-    mean squared error."""
+def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim: int, steps: int, lr: float, used: Sequence[int], **_: Any) -> Trajectory:
+    """Train `build()` (made under torch.manual_seed(seed)) with SGD on the rows `used` of every
+    global batch: x, y ~ N(0, 1) from a generator seeded with seed*1000+step, mean squared error."""
     import torch
     from torch import nn
 
@@ -33,33 +32,37 @@ def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim:
     for step in range(steps):
         x, y = global_batch(seed, step, batch_size, dim)
         batches.append(x.double().sum(1).tolist())
-        loss = nn.functional.mse_loss(model(x[:used]), y[:used])
+        rows = torch.tensor(list(used), dtype=torch.long)
+        loss = nn.functional.mse_loss(model(x[rows]), y[rows])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grads.append(values({n: p.grad for n, p in model.named_parameters()}))
         optimizer.step()
         params.append(values(dict(model.named_parameters())))
-    return Trajectory(initial=initial, grads=grads, params=params, samples=used, batches=batches)
+    return Trajectory(initial=initial, grads=grads, params=params, samples=len(used), batches=batches)
 
 
 def data_parallel_references(args: Mapping[str, Any], runs: Sequence[RunDef], build: Callable[[int, int], Any]) -> dict[str, tuple[Trajectory, ...]]:
     """The acceptable trajectories of each run: training on the samples that world_size equal
-    shards cover (the templates drop the remainder of batch_size % world_size), and, when that
-    is fewer than the whole batch, training on the whole batch (a submission that gives every
-    rank the full batch is wrong about the split, which batch_shard reports, not about sync).
-    `build(dim, hidden)` makes the template's model for a run's widths."""
+    shards cover (the templates drop the remainder of batch_size % world_size: the last rows;
+    DistributedSampler's shuffle drops others), and, when that is fewer than the whole batch,
+    training on the whole batch (a submission that gives every rank the full batch is wrong
+    about the split, which batch_shard reports, not about sync). `build(dim, hidden)` makes the
+    template's model for a run's widths."""
     cache: dict[tuple, Trajectory] = {}
     result = {}
     for run in runs:
         settings = {key: {**args, **run.args}[key] for key in SETTINGS}
         batch, world = int(settings["batch_size"]), run.layout.world_size
-        used = world * (batch // world)
-        for samples in {used, batch}:
-            key = (tuple(settings.items()), samples)
+        shards = [tuple(range(world * (batch // world)))]
+        if len(shards[0]) < batch:
+            shards += [tuple(sorted(row for rank in range(world) for row in shard_rows("sampler", batch, world, rank))), tuple(range(batch))]
+        for rows in shards:
+            key = (tuple(settings.items()), rows)
             if key not in cache:
                 widths = int(settings["dim"]), int(settings["hidden"])
-                cache[key] = sgd_trajectory(lambda: build(*widths), used=samples, **settings)
-        result[run.name] = tuple(cache[(tuple(settings.items()), s)] for s in ((used,) if used == batch else (used, batch)))
+                cache[key] = sgd_trajectory(lambda: build(*widths), used=rows, **settings)
+        result[run.name] = tuple(cache[(tuple(settings.items()), rows)] for rows in shards)
     return result
 
 
@@ -80,7 +83,7 @@ def data_parallel_witness(args: Mapping[str, Any], run: RunDef, timeout_s: float
         hidden=int(args["hidden"]),
         steps=int(args["steps"]),
         lr=float(args["lr"]),
-        first_row=(world - 1) * shard,
+        world_size=world,
         rows=shard,
         micro_batches=int(args.get("micro_batches", 1)),
         values=int(args["dim"]) * int(args["hidden"]) <= 1 << 16,

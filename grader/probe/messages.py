@@ -31,9 +31,10 @@ class BadMessage(Malformed):
 @dataclass(frozen=True)
 class WitnessPlan:
     """What the grader's witness rank does: the template's training (its two-layer model, SGD,
-    mean squared error on x, y ~ N(0, 1) from the step's generator), on rows
-    [first_row, first_row + rows) of every global batch, as one rank of the submission's job;
-    its forward passes and optimizer steps follow those rank 0 records (`peer_records`)."""
+    mean squared error on x, y ~ N(0, 1) from the step's generator), on its shard (`rows` rows)
+    of every global batch, split among `world_size` ranks the way rank 0's first forward pass
+    shows (grader/probe/witness.py's SHARD_LAYOUTS), as one rank of the submission's job; its
+    forward passes and optimizer steps follow those rank 0 records (`peer_records`)."""
 
     seed: int
     batch_size: int
@@ -41,7 +42,7 @@ class WitnessPlan:
     hidden: int
     steps: int
     lr: float
-    first_row: int
+    world_size: int
     rows: int
     micro_batches: int  # the script's micro-batches per step (1 without): the witness cuts its shard alike
     values: bool  # report gradients and parameters (not for timed runs: only step times)
@@ -65,6 +66,7 @@ class WitnessReport:
     grads: tuple[tuple[tuple[Value, ...], ...], ...]  # per step, per parameter (empty without `values`)
     params: tuple[tuple[Value, ...], ...]  # after the last step (empty without `values`)
     error: str | None
+    layout: str = "contiguous"  # how the witness took its shard (SHARD_LAYOUTS), as rank 0's rows showed
 
 
 WITNESS_PART_CHARS = 3000  # base64 characters per `witness` answer: a line well under PIPE_BUF

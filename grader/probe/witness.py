@@ -40,7 +40,7 @@ from collections import deque
 from contextlib import nullcontext
 from typing import Any, Callable
 
-from grader.probe.events import AllReduceCall, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Optimizer, parse_line
+from grader.probe.events import AllReduceCall, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Forward, Optimizer, parse_line
 from grader.probe.messages import WITNESS_PART_CHARS, WitnessPart, WitnessPlan, WitnessReport, WitnessStage, answer_line, witness_report_line
 from grader.probe.typed import clip
 
@@ -65,6 +65,39 @@ def global_batch(seed: int, step: int, batch_size: int, dim: int) -> Any:
 
     g = torch.Generator().manual_seed(seed * 1000 + step)
     return torch.randn(batch_size, dim, generator=g), torch.randn(batch_size, 1, generator=g)
+
+
+SHARD_LAYOUTS = ("contiguous", "strided", "sampler")
+LAYOUT_MATCH_ROWS = 4  # of rank 0's first pass, compared with each layout's rows for rank 0
+
+
+def shard_rows(layout: str, batch: int, world: int, rank: int) -> list[int]:
+    """The rows of the global batch a rank keeps when the ranks split it `layout`'s way:
+    "contiguous" (the templates' TODO: shard rows from rank * shard), "strided" (as
+    DistributedSampler(shuffle=False) does: every world-th row from the rank's number) or
+    "sampler" (DistributedSampler's default: a shuffle seeded 0, epoch 0, the remainder
+    dropped). Any of them is a right split; the witness takes its rows the ranks' way."""
+    shard = batch // world
+    if layout == "strided":
+        return list(range(rank, shard * world, world))
+    if layout == "sampler":
+        import torch
+
+        return torch.randperm(batch, generator=torch.Generator().manual_seed(0)).tolist()[: shard * world][rank::world]
+    return list(range(rank * shard, (rank + 1) * shard))
+
+
+def layout_of(first_rows: tuple[float, ...] | None, row_sums: list[float], batch: int, world: int) -> str:
+    """The layout whose rows for rank 0 begin with the rows rank 0's first training pass fed
+    (`first_rows`, each summed as the recorder sums them; `row_sums`, the grader's sums of that
+    step's batch); "contiguous" when none does or the records hold no rows."""
+    if first_rows:
+        seen = first_rows[:LAYOUT_MATCH_ROWS]
+        for layout in SHARD_LAYOUTS:
+            expected = [row_sums[i] for i in shard_rows(layout, batch, world, 0)[: len(seen)]]
+            if len(expected) == len(seen) and all(abs(a - b) <= 1e-9 * (1 + abs(b)) for a, b in zip(seen, expected)):
+                return layout
+    return "contiguous"
 
 
 def template_mlp(dim: int, hidden: int) -> Any:
@@ -139,6 +172,7 @@ class PeerRecords:
         self.done = 0  # bytes of whole lines already read
         self.fd: int | None = None
         self.pending: deque[bytes] = deque()
+        self.put_back: deque[Any] = deque()  # events read ahead, to be taken first
         self.wakeups = Wakeups(os.path.dirname(path) or ".")
 
     def _more(self) -> None:
@@ -160,6 +194,10 @@ class PeerRecords:
         came within `wait_s`."""
         names = [kind.kind.encode() for kind in kinds]
         deadline = time.monotonic() + wait_s
+        while self.put_back:
+            event = self.put_back.popleft()
+            if isinstance(event, kinds):
+                return event
         while True:
             while self.pending:
                 line = self.pending.popleft()
@@ -177,6 +215,25 @@ class PeerRecords:
             self._more()
             if not self.pending:
                 self.wakeups.wait(deadline - now)
+
+    def first_rows(self, wait_s: float, keep: tuple[type, ...]) -> tuple[float, ...] | None:
+        """The rows (summed) of rank 0's first training pass of the model, read ahead: the
+        events of `keep` met before it are put back, to be taken in order; None when the pass
+        ends without rows recorded or something else (an end) comes first."""
+        ahead = []
+        try:
+            while True:
+                event = self.next((Forward, *keep), wait_s)
+                if not isinstance(event, Forward):
+                    if event is not None:
+                        ahead.append(event)
+                    if event is None or isinstance(event, (Exit, EndState, Optimizer)):
+                        return None
+                    continue
+                if event.role == "model":
+                    return event.rows
+        finally:
+            self.put_back.extendleft(reversed(ahead))
 
     def close(self) -> None:
         self.wakeups.close()
@@ -262,7 +319,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
-    seen: dict[str, Any] = {"options": {}, "allreduces": [], "ends": [], "grads": [], "names": (), "params": ()}
+    seen: dict[str, Any] = {"options": {}, "allreduces": [], "ends": [], "grads": [], "names": (), "params": (), "layout": "contiguous"}
 
     def report(error: str | None) -> WitnessReport:
         return WitnessReport(
@@ -274,6 +331,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
             grads=tuple(seen["grads"]),
             params=tuple(seen["params"]),
             error=clip(error, 2000) if error else None,
+            layout=seen["layout"],
         )
 
     if plan.model not in MODELS:
@@ -310,15 +368,20 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
         optimizer = torch.optim.SGD(ddp.parameters(), lr=plan.lr)
         seen["names"] = tuple(name for name, _ in model.named_parameters())
         pieces = torch.arange(plan.rows).tensor_split(max(plan.micro_batches, 1))
-        piece_ends = list(itertools.accumulate((len(piece) for piece in pieces), initial=plan.first_row))[1:]  # where each micro-batch of the shard ends
+        piece_ends = list(itertools.accumulate(len(piece) for piece in pieces))  # where each micro-batch of the shard ends
         passes: list[int] = []  # all-reduces of each backward pass of the step under way
-        fed = {"to": plan.first_row}  # rows of the shard fed in this step so far
+        fed = {"to": 0}  # rows of the shard fed in this step so far
+        own: dict[str, Any] = {}  # the witness's rows of every batch, once rank 0's first pass shows the split
 
         def forward(sync: bool) -> None:
             x, y = global_batch(plan.seed, len(seen["ends"]), plan.batch_size, plan.dim)
+            if "rows" not in own:
+                first = records.first_rows(plan.wait_s, (DdpForward, Optimizer, AllReduceCall, Exit, EndState))
+                seen["layout"] = layout_of(first, x.double().sum(1).tolist(), plan.batch_size, plan.world_size)
+                own["rows"] = torch.tensor(shard_rows(seen["layout"], plan.batch_size, plan.world_size, rank), dtype=torch.long)
             upto = piece_ends[-1] if sync or len(passes) >= len(piece_ends) else piece_ends[len(passes)]
-            mine = slice(fed["to"], max(upto, fed["to"]))
-            fed["to"] = mine.stop
+            mine = own["rows"][fed["to"] : max(upto, fed["to"])]
+            fed["to"] = max(upto, fed["to"])
             counts["calls"] = 0
             with nullcontext() if sync else ddp.no_sync():
                 loss = torch.nn.functional.mse_loss(ddp(x[mine]), y[mine], reduction="sum") / max(plan.rows, 1)
@@ -333,7 +396,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
             optimizer.zero_grad(set_to_none=True)
             seen["ends"].append(time.monotonic())
             passes.clear()
-            fed["to"] = plan.first_row
+            fed["to"] = 0
 
         def take(event: DdpForward | AllReduceCall | Optimizer) -> None:
             """Do as rank 0 recorded: a forward pass, an all-reduce of its own, an optimizer step."""
