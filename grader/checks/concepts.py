@@ -151,6 +151,8 @@ def mp_activation(ctx: CheckContext) -> Verdict:
         if SAME_DEVICE in exc.message and inputs.get("layer2", "").startswith("cuda:0"):
             return Verdict(False, "the activation is still on cuda:0 when layer 2 (on cuda:1) runs: move it to layer 2's device with .to('cuda:1') between the layers")
         return Verdict(False, f"model_parallel_forward {failures.failure(exc)}")
+    if inputs.get("layer1") != "cuda:0":
+        return Verdict(False, f"layer 1 received its input on {inputs.get('layer1', 'no device (it never ran)')}, expected cuda:0: run layer 1 where place_layers put it, then move its output (the activation) to cuda:1")
     if inputs.get("layer2") != "cuda:1":
         return Verdict(False, f"layer 2 received its input on {inputs.get('layer2', 'no device (it never ran)')}, expected cuda:1")
     if event.output_device != "cuda:1":

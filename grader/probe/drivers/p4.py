@@ -92,8 +92,8 @@ def exercise_dp(namespace: dict, seed: int, dims: tuple[int, int, int], emit: Em
         if problem:
             emit(DpCase, **record, **problem)
             continue
-        calls: list[int] = []
-        model.register_forward_pre_hook(lambda module, args: calls.append(int(args[0].shape[0]) if args and isinstance(args[0], torch.Tensor) and args[0].dim() else 0))
+        calls: list[int] = []  # the rows of each call of the model's first layer: model(x), model.forward(x) and a copy of the model all run it
+        model[0].register_forward_pre_hook(lambda module, args: calls.append(int(args[0].shape[0]) if args and isinstance(args[0], torch.Tensor) and args[0].dim() else 0))
         try:
             result = namespace["simulate_data_parallel"](model, x, parts)
         except Exception as exc:  # noqa: BLE001 - the student's error is the observation
