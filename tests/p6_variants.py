@@ -122,6 +122,7 @@ VARIANTS = (
         {
             "grad_sync": "2x2 (2 nodes × 2 ranks, 2 virtual GPUs each): the gradients are right, but rank 0 built no DistributedDataParallel",
             "params_sync": "the grader's witness (rank 1) stopped: your rank 0 ran backward without DistributedDataParallel",
+            "clean_exit": "after the grader's witness (rank 1) stopped: your rank 0 ran backward without DistributedDataParallel",
         },
     ),
     Variant(

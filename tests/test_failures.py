@@ -23,6 +23,11 @@ def test_only_broken_connections_mean_the_ranks_disagreed_on_collectives() -> No
     text = failures.explain(run)
     assert text.startswith("rank 0 lost contact with the other ranks in a collective at p6_ddp.py:90 (loss.backward()) (Connection closed by peer)")
     assert "rank 1 had already finished normally" in text
+    assert text.endswith("— every rank must run the same collectives in the same order (e.g. backward() on every rank in every step)")
+    from grader.probe.messages import WitnessReport
+
+    run.witness = WitnessReport(rank=1, ddp_options={}, allreduces=(), step_ends=(), names=(), grads=(), params=(), error="your rank 0 ran backward without DistributedDataParallel")
+    assert failures.explain(run).endswith("(Connection closed by peer); rank 1 had already finished normally, after the grader's witness (rank 1) stopped: your rank 0 ran backward without DistributedDataParallel")
 
 
 def test_todo_stops_name_the_todo_and_the_line() -> None:

@@ -10,6 +10,7 @@ import re
 import signal
 
 from grader.probe.events import ExceptionInfo, Raised
+from grader.probe.messages import WitnessReport
 from grader.run.job import JobResult, RankResult
 
 _CONSEQUENCE = re.compile(
@@ -174,11 +175,11 @@ def _explain_lost_contact(run: JobResult, failed: list[RankResult]) -> str:
     gist = _CONSEQUENCE.search(f"{exc.type}: {exc.message}")
     finished = [r.rank for r in run.ranks if rank_end(r) is None]
     others = f"; {_ranks(finished)} had already finished normally" if finished else ""
-    return (
-        f"rank {failed[0].rank} lost contact with the other ranks in a collective{_where(exc)} "
-        f"({gist.group(0) if gist else exc.type}){others} — every rank must run the same "
-        "collectives in the same order (e.g. backward() on every rank in every step)"
-    )
+    lost = f"rank {failed[0].rank} lost contact with the other ranks in a collective{_where(exc)} ({gist.group(0) if gist else exc.type}){others}"
+    witness = run.witness
+    if isinstance(witness, WitnessReport) and witness.error:  # it left the group first: its reason is the cause
+        return f"{lost}, after the grader's witness (rank {run.layout.world_size - 1}) stopped: {witness.error}"
+    return f"{lost} — every rank must run the same collectives in the same order (e.g. backward() on every rank in every step)"
 
 
 def _explain_timeout(run: JobResult) -> str:
