@@ -90,6 +90,7 @@ from grader.probe.typed import MAX_ITEMS, clip
 
 SOURCE_LINE_LIMIT = 200
 MAX_ROWS = 4096  # the most rows of a model call whose sums are recorded (a batch of the correctness runs is far smaller)
+MAX_ROW_VALUES = 1 << 17  # nor inputs larger than this: the copy must not weigh on a timed GPU run's steps
 WRAPPERS = (DistributedDataParallel, DataParallel)
 DeviceOf = Callable[[torch.Tensor], torch.device]
 Mark = tuple[float, int, int]  # a span's start: monotonic time, sequence number, step
@@ -283,14 +284,15 @@ class Probe:
     def row_sums(self, args: tuple) -> tuple[float, ...] | None:
         """Each row of a model call's first tensor argument summed, in float64: which samples
         of the grader's batch the call fed (batch_shard). Taken while values are, with
-        gradients on (an evaluation pass is not training), for at most MAX_ROWS rows."""
+        gradients on (an evaluation pass is not training), for inputs of at most MAX_ROWS rows
+        and MAX_ROW_VALUES values."""
         options = self.options
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if not (options.values and self.step < options.max_value_steps and torch.is_grad_enabled()) or first is None:
             return None
         try:
             with torch._C.DisableTorchFunction():
-                if first.dim() == 0 or not first.is_floating_point() or first.shape[0] > MAX_ROWS:
+                if first.dim() == 0 or not first.is_floating_point() or first.shape[0] > MAX_ROWS or first.numel() > MAX_ROW_VALUES:
                     return None
                 rows = first.detach().to("cpu", torch.float64)
                 return tuple((rows.flatten(1).sum(1) if rows.dim() > 1 else rows).tolist())
