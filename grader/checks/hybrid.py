@@ -189,7 +189,8 @@ def sync_pattern(ctx: CheckContext) -> Verdict:
 
 
 def _gpu_numbers(devices: list[str]) -> list[int]:
-    return sorted(int(d.split(":")[1]) for d in devices if d.startswith("cuda:"))
+    """The GPUs a rank uses, each once (both stages on one GPU is one GPU)."""
+    return sorted({int(d.split(":")[1]) for d in devices if d.startswith("cuda:")})
 
 
 def gpu_answer(given: Any) -> Any:
