@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.checks.dataparallel import chunk_rows
 from grader.checks.distributed import Trajectory, shard_problems, witness_failure, witness_of
 from grader.checks.runs import missing, per_run
 from grader.probe.events import AllReduce, Backward, Forward, Model, OptGrads
@@ -111,7 +112,7 @@ def passes_per_step(ctx: CheckContext) -> Verdict:
         args = ctx.args_of(run)
         steps = int(args[ctx.options["steps_argument"]])
         shard = int(args[ctx.options["batch_argument"]]) // run.layout.world_size
-        chunk_pieces = -(-shard // -(-shard // want)) if shard else 0  # what torch.chunk(shard, want) gives
+        chunk_pieces = len(chunk_rows(shard, want))  # what torch.chunk makes of the shard
         if not any(r.of_kind(OptGrads) for r in run.ranks):
             return missing(run, "an optimizer step")
         for rank in run.ranks:
