@@ -52,6 +52,16 @@ def test_rank_setup_catches_a_process_group_of_the_wrong_size_and_a_renamed_vari
     assert "the process group says rank 1 of 4, expected rank 1 of 2" in verdict.summary
 
 
+def test_rank_setup_explains_a_rank_that_stopped_before_its_variables_were_read() -> None:
+    """Seen on a node of one GPU: rank 1 failed on cuda:1, rank 0 hung in DDP's constructor."""
+    run = ddp_run()
+    crashed(run.ranks[1], "AcceleratorError", "CUDA error: invalid device ordinal")
+    without(run.ranks[0], Globals)
+    verdict = judge("rank_setup", run)
+    assert not verdict.passed and "invalid device ordinal" in verdict.summary
+    assert "no variable" not in verdict.summary
+
+
 def test_rank_setup_wants_nccl_with_gpus_and_takes_the_default_too() -> None:
     run = ddp_run("2x2", Layout(2, 2))
     assert judge("rank_setup", run).passed  # gloo without GPUs

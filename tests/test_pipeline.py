@@ -10,10 +10,11 @@ import pytest
 from grader.checks.base import CheckDef, Verdict
 from grader.checks.distributed import CHECKS
 from grader.course import Practical
-from grader.grade.pipeline import GradeOptions, grade, plan_runs
+from grader.grade.pipeline import GradeOptions, grade, on_this_machine, plan_runs
 from grader.results.model import Status
 from grader.run.fake import FakeRunner
-from grader.run.job import JobResult, JobSpec
+from grader.run.job import JobResult, JobSpec, Layout
+from grader.spec.model import RunDef
 from grader.spec import load_assignment
 from observations import ddp_rank, trajectory
 
@@ -84,6 +85,18 @@ def test_public_only_and_world_size_override_change_the_plan(tmp_path: Path) -> 
     result = grade(spec, submission(tmp_path), runner, GradeOptions(public_only=True, seed=11))
     assert [c.id for c in result.checks] == ["rank_setup", "broken"]
     assert "--seed=11" in runner.jobs[0].argv
+
+
+def test_on_gpu_nodes_witnessed_runs_and_runs_with_too_few_gpus_go_on_virtual_gpus() -> None:
+    """A gloo witness cannot join ranks on NCCL, and a rank without a GPU of its own fails."""
+    witnessed = RunDef(name="ws2", layout=Layout(1, 2), witness=True)
+    four = RunDef(name="ws4", layout=Layout(1, 4))
+    single = RunDef(name="ws1", layout=Layout(1, 1))
+    virtual = RunDef(name="2x2", layout=Layout(2, 2), virtual_gpus=3)
+    assert on_this_machine(witnessed, 0) == witnessed and on_this_machine(four, 0) == four  # no CUDA: the CPU, as written
+    assert on_this_machine(witnessed, 8).virtual_gpus == 2
+    assert on_this_machine(four, 2).virtual_gpus == 4 and on_this_machine(four, 4) == four
+    assert on_this_machine(single, 1) == single and on_this_machine(virtual, 1) == virtual
 
 
 def test_a_missing_script_is_graded_not_run(tmp_path: Path) -> None:

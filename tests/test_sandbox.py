@@ -7,6 +7,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,9 @@ def test_the_command_isolates_limits_and_drops_privileges() -> None:
     sandbox = Sandbox(bwrap="/usr/bin/bwrap", uid=61234, drop=True, python="/venv/bin/python", read_only=("/venv",), devices=("/dev/nvidia0", "/dev/nvidiactl"), limits=Limits(cpu_s=99, memory_mb=100))
     command = sandbox.command(["/venv/bin/python", "-c", "pass"], Path("/tmp/grading"))
     text = " ".join(command)
-    assert command[0] == "prlimit" and "--cpu=99" in command and f"--as={100 << 20}" in command and "--core=0" in command
+    assert command[0] == "prlimit" and "--cpu=99" in command and "--core=0" in command
+    assert not any(part.startswith("--as=") for part in command)  # CUDA reserves more address space than it uses
+    assert f"--as={100 << 20}" in replace(sandbox, devices=()).command(["/venv/bin/python"], Path("/tmp/grading"))
     assert "setpriv --reuid=61234 --regid=61234 --clear-groups --inh-caps=-all --bounding-set=-all" in text
     assert "--unshare-all --unshare-user --disable-userns --die-with-parent --new-session" in text
     assert "--ro-bind /venv /venv" in text and "--bind /tmp/grading /tmp/grading --ro-bind /tmp/grading/lib /tmp/grading/lib" in text
@@ -37,6 +40,26 @@ def test_the_command_isolates_limits_and_drops_privileges() -> None:
     assert command[-3:] == ["/venv/bin/python", "-c", "pass"]
     assert "--remount-ro /" in text and "/work" not in text
     assert "--bind /tmp/grading/tmp /tmp" in text and "--bind /tmp/grading/shm /dev/shm" in text and "--tmpfs" not in text
+
+
+def test_device_files_and_folders_of_them_are_passed_through() -> None:
+    """On GPU nodes /dev/nvidia* holds a folder (nvidia-caps): binding it needs a writable /dev
+    (measured on an H100 node: "Can't mkdir /dev/nvidia-caps: Read-only file system")."""
+    folders = [path for path in ("/dev/cpu", "/dev/net", "/dev/pts") if os.path.isdir(path)][:1]
+    sandbox = sandbox_or_skip()
+    try:
+        passed = replace(sandbox, devices=("/dev/full", *folders))
+        root = passed.new_root("grader-test-")
+        try:
+            passed.prepare_root(root)
+            probe = "import os, sys\nfor path in sys.argv[1:]:\n    print(path, os.path.exists(path))\nopen('/dev/x', 'w')\n"
+            done = subprocess.run(passed.command([passed.python, "-c", probe, "/dev/full", *folders], root), capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+            assert all(f"{path} True" in done.stdout for path in ("/dev/full", *folders)), done.stderr
+            assert "Read-only file system" in done.stderr  # /dev is still read-only once they are bound
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        sandbox.release()
 
 
 def test_concurrent_sandboxes_get_distinct_uids() -> None:
@@ -154,8 +177,8 @@ def test_the_self_check_without_a_sandbox_warns_once_and_runs(tmp_path: Path) ->
     assert results["extra_data"]["environment"]["isolation"].startswith("none: the submission ran with the grader's rights")
 
 
-WHERE_AM_I = """import json, os
-print(json.dumps({"uid": os.getuid(), "pid_ns": os.readlink("/proc/self/ns/pid"), "cwd": os.getcwd(), "others": OTHERS}))
+WHERE_AM_I = """import getpass, json, os
+print(json.dumps({"uid": os.getuid(), "user": getpass.getuser(), "pid_ns": os.readlink("/proc/self/ns/pid"), "cwd": os.getcwd(), "others": OTHERS}))
 """
 
 ESCAPE = """import os, sys
@@ -201,6 +224,7 @@ def test_the_reference_runs_in_a_domain_of_its_own(tmp_path: Path) -> None:
             probe = WHERE_AM_I.replace("OTHERS", f"os.path.exists({str(root)!r})")
             trusted = json.loads(runner.run(_job(tmp_path / "ref", "ref", probe, private=True)).ranks[0].stdout_tail)
         assert trusted["uid"] != seen["uid"] or not sandbox.drop
+        assert seen["user"] == trusted["user"] == "student"  # a uid without a passwd entry still has a name (torch asks for it)
         assert trusted["pid_ns"] != seen["pid_ns"]
         assert not trusted["cwd"].startswith(str(root) + "/") and trusted["others"] is False
         assert not any("trusted" in name for name in seen["others"])  # the grading folders beside its own are not in its view

@@ -118,8 +118,21 @@ def _doubts(practical: Practical, checks: tuple[CheckSpec, ...], warmup: int) ->
     return doubtful
 
 
-def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions) -> tuple[RunDef, ...]:
-    """The launches a grading performs: those the selected checks use, or the override."""
+def on_this_machine(run: RunDef, gpus: int) -> RunDef:
+    """The run as a machine with `gpus` CUDA GPUs can make it. There, a run the grader's
+    witness joins, and one with more ranks per node than the machine has GPUs, goes on
+    virtual GPUs, one per rank: the witness is a gloo rank, which cannot join the NCCL process
+    group that ranks on real GPUs take (and NCCL refuses two ranks on one GPU), and a rank
+    without a GPU of its own would fail with "invalid device ordinal" (measured on a node of
+    one H100: every reference run of p6 with 2 ranks or more)."""
+    if gpus and not run.virtual_gpus and (run.witness or run.layout.ranks_per_node > gpus):
+        return replace(run, virtual_gpus=run.layout.ranks_per_node)
+    return run
+
+
+def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions, gpus: int = 0) -> tuple[RunDef, ...]:
+    """The launches a grading performs on a machine with `gpus` CUDA GPUs: those the selected
+    checks use, or the override."""
     if options.world_size is not None:
         runs: tuple[RunDef, ...] = (RunDef(name=f"ws{options.world_size}", layout=Layout(1, options.world_size)),)
     else:
@@ -127,7 +140,7 @@ def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: Gr
         runs = tuple(run for run in assignment.runs if run.name in wanted)
     if options.virtual_gpus is not None:
         runs = tuple(replace(run, virtual_gpus=options.virtual_gpus) for run in runs)
-    return runs
+    return tuple(on_this_machine(run, gpus) for run in runs)
 
 
 def choose_args(assignment: Assignment, seed: int | None) -> dict:
@@ -342,7 +355,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         env = {**environment(args.get(assignment.seed_argument) if assignment.seed_argument else None), "isolation": runner.isolation, "gpu_telemetry": runner.telemetry}
         deferred = deferred_checks(practical, checks, env["cuda_gpus"], options)
         graded = tuple(c for c in checks if c.id not in deferred)
-        runs = plan_runs(assignment, graded, options)
+        runs = plan_runs(assignment, graded, options, env["cuda_gpus"])
         timed = timed_runs(practical, graded, runs)
         submission, taken = take(submission, staging / "taken")
         taken = replace(taken, problem=refused or taken.problem)
@@ -378,8 +391,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 virtual_gpus=run.virtual_gpus,
                 driver=prepared.driver and not solution,
                 private=solution is not None,
-                # on a machine with CUDA the ranks take NCCL, which a gloo witness cannot join (a NCCL witness on a GPU of its own is not built yet)
-                witness=practical.module.witness_plan(merged_args(args, run), run, run_timeout) if run.witness and not env["cuda_gpus"] else None,
+                witness=practical.module.witness_plan(merged_args(args, run), run, run_timeout) if run.witness and (run.virtual_gpus or not env["cuda_gpus"]) else None,
             )
 
         referenced = reference_launched(practical, graded, runs)

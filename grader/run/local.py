@@ -72,7 +72,7 @@ from grader.run.cgroups import Caps, Cgroups, JobGroup, Usage, open_cgroups
 from grader.run.job import JobResult, JobSpec, RankResult
 from grader.run.records import read_records
 from grader.run.safeio import read_text_tail
-from grader.run.sandbox import SCRATCH, Limits, Sandbox, size_text
+from grader.run.sandbox import IDENTITY, SCRATCH, Limits, Sandbox, size_text
 from grader.run.stacks import student_frames
 from grader.run.telemetry import GpuSource, Sampler
 from grader.run.torchrun_env import rank_environment
@@ -120,6 +120,7 @@ class _Zygote:
             "PYTHONPATH": str(root / "lib") if sandbox else str(GRADER_ROOT),
             "PYTHONDONTWRITEBYTECODE": "1",
             "HOME": str(root),
+            **(IDENTITY if sandbox else {}),
         }
         command = [sandbox.python if sandbox else options.python, "-m", "grader.probe.zygote", *options.warm_modules]
         self.log = root / f"zygote-{time.monotonic_ns()}.log"
@@ -344,6 +345,7 @@ class LocalRunner:
             "HOME": str(work),
             "TMPDIR": "/tmp" if self.sandbox else str(job_dir.parent / "tmp"),
             "PYTHONDONTWRITEBYTECODE": "1",
+            **(IDENTITY if self.sandbox else {}),
             **self.options.extra_env,
             **job.env,
             TOKEN_VARIABLE: token,

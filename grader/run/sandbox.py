@@ -15,8 +15,9 @@ Mechanism (Linux): the rank launcher (the zygote, and everything it forks) is st
     there). /tmp and /dev/shm are folders of the grading folder (emptied by the grader after
     every job), not tmpfs mounts of their own. The sandbox dies with the grader
     (--die-with-parent) and killing its outer process ends every process in it (pid namespace);
-  * `prlimit` caps CPU seconds, address space, processes, file size and open files, and
-    disables core dumps;
+  * `prlimit` caps CPU seconds, address space (not on GPU nodes: CUDA reserves far more than
+    it uses; the job's memory cgroup bounds memory there), processes, file size and open
+    files, and disables core dumps;
   * the grading folder itself, when the grader is root, is a tmpfs mounted for it with a size
     and an inode cap: everything the submission writes (its work folder, /tmp, /dev/shm, its
     output) shares `Limits.disk_mb`, and the pages count towards the job's memory cgroup too
@@ -47,6 +48,10 @@ from typing import IO, Any
 from grader.run import procs, seccomp
 
 UID_POOL = range(61000, 61500)
+# The sandbox's uids have no entry in /etc/passwd: getpass.getuser() falls back on pwd and
+# raises KeyError unless these are set (a CUDA build of torch 2.11 calls it on import, for
+# inductor's cache folder: every launch on an H100 node failed so)
+IDENTITY = {"USER": "student", "LOGNAME": "student"}
 SCRATCH = ("tmp", "shm")  # folders of the grading folder that are the sandbox's /tmp and /dev/shm
 SCRATCH_MOUNTS = ("/tmp", "/dev/shm")  # replaced inside the sandbox: nothing it needs may live there
 MOUNT_SOURCE = "pdl-grader-"  # the tmpfs of a grading folder, then the grader's pid
@@ -173,10 +178,15 @@ class Sandbox:
         with `root` bound read-write at the same path; bwrap loads its seccomp filter from
         `seccomp_fd` when one is given (grader/run/seccomp.py)."""
         limits = self.limits
+        # no address-space cap where GPUs are passed through: CUDA reserves address space far
+        # beyond what it uses (on an H100 node, 4 GiB of it made cuInit fail, so torch saw no
+        # GPU, and a CUDA build of torch on virtual GPUs died of SIGSEGV); the job's memory
+        # cgroup bounds memory there
+        address_space = [] if self.devices else [f"--as={limits.memory_mb << 20}"]
         wrapped = [
             "prlimit",
             f"--cpu={limits.cpu_s}",
-            f"--as={limits.memory_mb << 20}",
+            *address_space,
             f"--nproc={2 * limits.processes}",  # per uid, a backstop: the job's cgroup, where there is one, stops it at `processes`
             f"--fsize={limits.file_mb << 20}",
             f"--nofile={limits.open_files}",
@@ -199,9 +209,9 @@ class Sandbox:
             wrapped += ["--ro-bind", path, path]
         wrapped += ["--bind", str(root), str(root), "--ro-bind", str(root / "lib"), str(root / "lib")]
         wrapped += ["--proc", "/proc", "--dev", "/dev", "--bind", str(root / "tmp"), "/tmp", "--bind", str(root / "shm"), "/dev/shm"]
-        wrapped += ["--remount-ro", "/dev"]  # bwrap's /dev is a tmpfs of the sandbox's user, without a cap: only /dev/shm stays writable
-        for device in self.devices:
+        for device in self.devices:  # before /dev turns read-only: a folder of them (/dev/nvidia-caps) is made in it
             wrapped += ["--dev-bind", device, device]
+        wrapped += ["--remount-ro", "/dev"]  # bwrap's /dev is a tmpfs of the sandbox's user, without a cap: only /dev/shm stays writable
         wrapped += ["--remount-ro", "/", "--chdir", str(root), "--", *argv]
         return wrapped
 
