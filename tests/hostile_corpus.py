@@ -7,6 +7,7 @@ fragments its feedback must contain.
 """
 from __future__ import annotations
 
+import glob
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,12 @@ class Case:
     setup: Callable[[Path, dict], None] | None = None  # makes what text files cannot: hard links, FIFOs, deep trees
     timed: bool = False  # a grading with its speed checks (costs the timed launches)
     within_s: float | None = None  # the grading's own time must stay under this
+
+
+# A hog that writes every byte: where a process's address space is capped (4 GiB), the
+# allocation fails; on GPU nodes nothing caps it (CUDA reserves far more than it uses) and the
+# job's memory cgroup kills it instead (an untouched bytearray of 64 GiB allocated fine there)
+MEMORY_HOG_STOPPED = "your processes used more than 6 GiB of memory" if glob.glob("/dev/nvidia*") else "raised MemoryError"
 
 
 ATTEMPT_OUTSIDE = """import os
@@ -196,7 +203,7 @@ CASES = (
     Case("fork_bomb", p6("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", ""), 0, ("did not finish within 4 s",), args=("--world-size", "2", "--timeout", "4")),
     Case("infinite_loop", p6("while True: pass\n", ""), 0, ("did not finish within 4 s (a hang?): rank 0 waits at p6_ddp.py:1 in <module>: while True: pass",), args=("--world-size", "2", "--timeout", "4")),
     Case("sleep_forever", p6("import time\ntime.sleep(10**9)\n", ""), 0, ("waits at p6_ddp.py:2 in <module>: time.sleep(10**9)",), args=("--world-size", "2", "--timeout", "4")),
-    Case("memory_hog", p6("hog = bytearray(64 * 2**30)\n", ""), 0, ("raised MemoryError",)),
+    Case("memory_hog", p6("hog = b'x' * (64 * 2**30)\n", ""), 0, (MEMORY_HOG_STOPPED,)),
     Case("gigabyte_of_stdout", p6("while True:\n    print('x' * 100000)\n", ""), 0, ("raised OSError: [Errno 27] File too large",)),
     Case("writes_outside_the_work_folder", p6(ATTEMPT_OUTSIDE), 0, ("could not write anything outside the work folder",)),
     Case("reads_solutions_and_hidden_checks", p6(READ_HIDDEN), 0, ("no solution and no hidden check could be read",)),
