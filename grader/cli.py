@@ -17,9 +17,11 @@
     python -m grader hook install REPO ...        grade every git push to a bare repository
     python -m grader status --results-dir R       what was graded, what is queued
 
-Exit status of grade/check: 0 when grading completed (whatever the score), 1 when the grader
-itself could not grade (the results file then holds an "Autograder error" entry), 2 for a
-command line that cannot be understood.
+Exit status of grade: 0 when grading completed (whatever the score), 1 when the grader itself
+could not grade (the results file then holds an "Autograder error" entry). Of check: 0 when
+every public check graded here passed, 1 when one failed or the grader could not grade
+(`--exit-zero`: 0 whenever grading completed). Both: 2 for a command line that cannot be
+understood, an unknown practical among them.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from grader.assign.export import ExportRefused, build_export, write_export
 from grader.assign.markers import MarkerError
 from grader.assign.scaffold import ScaffoldError, new_practical
 from grader.assign.release import differences, release_practical, write
-from grader.course import Course, CourseError, Practical, find_course_root, load_course, load_practical
+from grader.course import Course, CourseError, Practical, find_course_root, load_course, load_practical, unknown_practical
 from grader.collect import collect, parse_time, write_answers, write_grades
 from grader.grade.pipeline import GradeOptions
 from grader.results.escape import terminal_line
@@ -107,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("practical", help="practical id, e.g. p6")
     c.add_argument("dir", nargs="?", type=Path, help="folder with your files (default: assignments/PRACTICAL)")
     c.add_argument("--results", type=Path, help="also write results.json here (and what your runs did beside it; without it, that goes to a new temporary folder)")
+    c.add_argument("--exit-zero", action="store_true", help="exit 0 even when a check fails (the default exit status is 1 then, so CI shows it)")
     grading_options(c)
 
     commands.add_parser("list", help="practicals with their checks, points and visibility")
@@ -124,11 +127,11 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--title", required=True, help="its title")
 
     cal = commands.add_parser("calibrate", help="measure the reference solution here; speed checks compare with it")
-    cal.add_argument("practical")
+    cal.add_argument("practical", help="practical id, e.g. p6 (one with speed checks)")
     cal.add_argument("--repeat", type=_positive_int, default=3, help="gradings to measure (the fastest of each run counts)")
 
     col = commands.add_parser("collect", help="grades out of a results store: one CSV row per student")
-    col.add_argument("results_dir", type=Path)
+    col.add_argument("results_dir", type=Path, help="the results store (a shared folder)")
     col.add_argument("--csv", type=Path, required=True, help="where to write the grades")
     col.add_argument("--answers", type=Path, help="where to write the free-text answers (default: next to --csv)")
     col.add_argument("--deadline", help="ISO 8601 time; later submissions are flagged (UTC without a zone)")
@@ -142,8 +145,8 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--gpus", type=_count, default=0, help="GPUs to ask Slurm for (GRES)")
 
     su = commands.add_parser("submit", help="queue a grading job for a folder (on Slurm or locally)")
-    su.add_argument("practical")
-    su.add_argument("submission", type=Path)
+    su.add_argument("practical", help="practical id, e.g. p6")
+    su.add_argument("submission", type=Path, help="folder with the student's files")
     backend_options(su)
     su.add_argument("--student", default=os.environ.get("USER") or "unknown", help="whose submission (default: $USER)")
     su.add_argument("--commit", help="the submission's version (default: a digest of its files)")
@@ -155,10 +158,10 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--wait", action="store_true", help="until the queue is empty")
     d.add_argument("--timeout", type=_positive_float, default=3600, help="seconds to wait at most (with --wait)")
 
-    w = commands.add_parser("work", help=argparse.SUPPRESS)
-    w.add_argument("--results-dir", type=Path, required=True)
+    w = commands.add_parser("work", help="(run by grading jobs) grade one queued submission of the store")
+    w.add_argument("--results-dir", type=Path, required=True, help="the results store (a shared folder)")
     w.add_argument("--then-dispatch", choices=("local", "slurm"), help="then one dispatch pass on this backend")
-    w.add_argument("key")
+    w.add_argument("key", help="the queued submission's key")
 
     h = commands.add_parser("hook", help="git: install the post-receive hook of a bare repository")
     hooks = h.add_subparsers(dest="hook_command", required=True)
@@ -166,13 +169,13 @@ def _parser() -> argparse.ArgumentParser:
     hi.add_argument("repo", type=Path, help="the bare repository")
     backend_options(hi)
     hi.add_argument("--student", help="whose repository (default: its folder name without .git)")
-    hr = hooks.add_parser("receive", help=argparse.SUPPRESS)
-    hr.add_argument("--repo", type=Path, required=True)
-    hr.add_argument("--student", required=True)
+    hr = hooks.add_parser("receive", help="(run by the installed hook) queue what a push brought")
+    hr.add_argument("--repo", type=Path, required=True, help="the bare repository")
+    hr.add_argument("--student", required=True, help="whose repository")
     backend_options(hr)
 
     st = commands.add_parser("status", help="what was graded, what is queued")
-    st.add_argument("--results-dir", type=Path, required=True)
+    st.add_argument("--results-dir", type=Path, required=True, help="the results store (a shared folder)")
     st.add_argument("--student", help="only this student")
 
     r = commands.add_parser("run", help="run any command on virtual GPUs: run --virtual-gpus 4 -- python train.py")
@@ -217,7 +220,12 @@ def _options(args: argparse.Namespace, public_only: bool) -> GradeOptions:
         run_timeout_s=args.timeout,
         total_timeout_s=args.time_budget,
         timing=not args.no_timing,
+        progress=_progress if sys.stderr.isatty() else None,  # a terminal only: logs stay clean
     )
+
+
+def _progress(text: str) -> None:
+    print(f"… {text}", file=sys.stderr, flush=True)
 
 
 def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None, views: Path | None = None, with_views: bool = True) -> int:
@@ -240,6 +248,9 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
     started = time.monotonic()
     try:
         course = _course(args)
+        if public_only and args.practical not in course.practicals:
+            print(f"error: {unknown_practical(course, args.practical)}", file=sys.stderr)
+            return 2
         practical = load_practical(course, args.practical)
         folder = args.submission if not public_only else (args.dir or course.template_dir(args.practical))
         report = _grade_folder(practical, folder, _options(args, public_only), args.keep_work, official=getattr(args, "official", False), contain=not args.no_sandbox)
@@ -248,7 +259,16 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
     except Exception as exc:  # noqa: BLE001 - the results file must exist even then
         report = GradingReport.failure(args.practical, f"internal error: {type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started)
     views = None if args.results is not None or not public_only or args.no_views else Path(tempfile.mkdtemp(prefix="pdl-check-"))
-    return _emit(report, args.results, args.markdown, views, with_views=not args.no_views)
+    status = _emit(report, args.results, args.markdown, views, with_views=not args.no_views)
+    return _check_status(report, args.exit_zero) if public_only else status
+
+
+def _check_status(report: GradingReport, exit_zero: bool) -> int:
+    """The self-check's exit status: 1 when the grader could not grade, or (unless
+    `exit_zero`) when a check failed; checks left to another machine do not count."""
+    if report.error:
+        return 1
+    return 0 if exit_zero or not any(c.status in (Status.FAILED, Status.ERROR) for c in report.checks) else 1
 
 
 def cmd_list(args: argparse.Namespace) -> int:

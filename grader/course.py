@@ -7,6 +7,8 @@ parents, and finally the folder that holds the installed grader package.
 """
 from __future__ import annotations
 
+import difflib
+
 import importlib
 import importlib.util
 import os
@@ -116,11 +118,17 @@ def _practical_module(course: Course, practical: str) -> ModuleType:
         raise CourseError(f"practical {practical}: its grader module cannot be loaded: {type(exc).__name__}: {exc}") from None
 
 
+def unknown_practical(course: Course, practical: str) -> str:
+    """"unknown practical 'p7' (did you mean p4?); this course has: p4, p5, p6, p10"."""
+    close = difflib.get_close_matches(practical, course.practicals, n=1)
+    guess = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown practical {practical!r}{guess}; this course has: {', '.join(course.practicals) or 'none'}"
+
+
 def load_practical(course: Course, practical: str) -> Practical:
     """The practical's module and its validated spec (SpecError for a bad spec)."""
     if practical not in course.practicals:
-        known = ", ".join(course.practicals) or "none"
-        raise CourseError(f"unknown practical {practical!r}; this course has: {known}")
+        raise CourseError(unknown_practical(course, practical))
     module = _practical_module(course, practical)
     for name in ("CHECKS", "references"):
         if not hasattr(module, name):

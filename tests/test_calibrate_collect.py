@@ -27,6 +27,11 @@ def test_calibrate_records_the_reference_step_times_of_this_machine(tmp_path: Pa
     assert all(0 < run["median_step_s"] < 5 for run in entry["runs"].values())
 
 
+def test_calibrate_refuses_a_practical_without_speed_checks_at_once(tmp_path: Path) -> None:
+    done = run_cli("calibrate", "p4")
+    assert done.returncode == 1 and "error: p4 has no speed checks: there is nothing to calibrate" in done.stderr
+
+
 def report(points: dict[str, float], answer: str = "") -> dict:
     checks = tuple(CheckResult(check, check, i, score, 2.0, Status.PASSED if score == 2 else Status.FAILED, "") for i, (check, score) in enumerate(points.items(), 1))
     return to_gradescope(GradingReport("p6", "DDP", checks, manual=(("questions.why", answer),) if answer else ()))

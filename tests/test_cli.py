@@ -1,13 +1,15 @@
 """The command line: list, the self-check, exit codes, and a results file on every path."""
 from __future__ import annotations
 
+import argparse
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from grader.cli import main
+from grader.cli import _check_status, _parser, main
 from helpers import ROOT, SCHEMA, checks_by_id, load_results, run_cli
 
 
@@ -57,13 +59,46 @@ def test_bad_command_lines_exit_2() -> None:
     done = run_cli("grade", "p6")
     assert done.returncode == 2 and "SUBMISSION" in done.stderr.upper()
     assert run_cli("grade", "p6", "x", "--world-size", "0").returncode == 2
+    typo = run_cli("check", "pp6")
+    assert typo.returncode == 2 and "error: unknown practical 'pp6' (did you mean p6?); this course has: p4, p5, p6, p10" in typo.stderr
+    assert "AUTOGRADER ERROR" not in typo.stdout
+
+
+def test_every_command_and_option_says_what_it_is_for() -> None:
+    parser = _parser()
+    assert "SUPPRESS" not in parser.format_help()
+    unexplained = []
+    for name, sub in _subcommands(parser):
+        assert "SUPPRESS" not in sub.format_help(), name
+        unexplained += [f"{name} {action.dest}" for action in sub._actions if not action.help and not isinstance(action, argparse._SubParsersAction)]
+    assert unexplained == []
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> list[tuple[str, argparse.ArgumentParser]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [(prefix + name, sub), *_subcommands(sub, prefix + name + " ")]
+    return found
+
+
+def test_the_self_check_exits_1_when_a_check_fails_unless_told_otherwise(tmp_path: Path) -> None:
+    """The student's CI goes red on a failing check; --exit-zero keeps it green."""
+    from grader.results.model import CheckResult, GradingReport, Status
+
+    check = CheckResult(id="a", title="A", number=1, score=0, max_score=1, status=Status.FAILED, summary="no")
+    failing = GradingReport(practical="p6", title="P6", checks=(check,))
+    deferred = GradingReport(practical="p6", title="P6", checks=(replace(check, status=Status.DEFERRED),))
+    assert _check_status(deferred, exit_zero=False) == 0
+    assert _check_status(failing, exit_zero=False) == 1 and _check_status(failing, exit_zero=True) == 0
 
 
 @pytest.mark.slow
 def test_the_self_check_runs_public_checks_on_the_template_by_default(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     summary = tmp_path / "summary.md"
     results = tmp_path / "r.json"
-    assert main(["check", "p6", "--world-size", "2", "--markdown", str(summary), "--results", str(results)]) == 0
+    assert main(["check", "p6", "--world-size", "2", "--markdown", str(summary), "--results", str(results)]) == 1  # its checks fail: CI shows it
     out = capsys.readouterr().out
     assert "TODO 1: initialise the process group" in out
     checks = checks_by_id(load_results(results))

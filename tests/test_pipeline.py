@@ -73,6 +73,12 @@ def test_a_grading_runs_the_planned_jobs_with_a_fresh_seed(tmp_path: Path) -> No
     assert result.score == 7 and result.error == "check broken failed: ZeroDivisionError: bug in a check"
 
 
+def test_each_launch_is_announced_as_it_starts(tmp_path: Path) -> None:
+    lines: list[str] = []
+    grade(practical(tmp_path), submission(tmp_path), FakeRunner(healthy), GradeOptions(progress=lines.append))
+    assert lines == ["run ws2 (1 node × 2 ranks)", "run 2x2 (2 nodes × 2 ranks)"]
+
+
 def test_public_only_and_world_size_override_change_the_plan(tmp_path: Path) -> None:
     spec = practical(tmp_path)
     public = tuple(c for c in spec.assignment.checks if c.public)

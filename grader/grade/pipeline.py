@@ -57,6 +57,7 @@ class GradeOptions:
     solutions: Path | None = None  # the reference solutions (solutions/<id>/): speed checks compare with them
     calibration: Mapping[str, Any] | None = None  # every machine's baselines of the practical (calibration.load)
     timing: bool = True  # False: speed checks are deferred (no timed launches)
+    progress: Callable[[str], None] | None = None  # told one line as each launch starts ("run ws2 (1 node × 2 ranks)")
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,7 @@ def _run_all(
     deadline: float,
     budget_s: float,
     problem: str | None,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
     """Every planned launch in order; the timed runs last, round by round: in each of the
     `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own;
@@ -254,6 +256,8 @@ def _run_all(
             return JobResult(spec=job, ranks=[], skipped=problem)
         if left < MIN_RUN_S:
             return JobResult(spec=job, ranks=[], skipped=f"the grading's time budget ({budget_s:g} s) was used up by earlier runs")
+        if progress is not None:
+            progress(f"run {job.name} ({job.describe()})")
         return runner.run(job)
 
     results = {run.name: launch(run, "own", 0) for run in runs if run not in timed}
@@ -396,7 +400,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
 
         referenced = reference_launched(practical, graded, runs)
         doubtful = _doubts(practical, graded, assignment.timing.warmup_steps)
-        results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, doubtful, job_for, runner, started + budget, budget, prepared.problem)
+        results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, doubtful, job_for, runner, started + budget, budget, prepared.problem, options.progress)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
         return Execution(started, env, error=f"{type(exc).__name__}: {exc}")
     finally:

@@ -99,6 +99,8 @@ def calibrate(course: Course, practical: Practical, repeat: int) -> tuple[str, d
     """Grade the reference solution `repeat` times here; record each run's fastest median step
     time (grader.grade.calibration). Returns the machine key, the measurements and the file
     they went to."""
+    if not any(practical.module.CHECKS[check.check].timed for check in practical.assignment.checks):
+        raise CalibrationError(f"{practical.id} has no speed checks: there is nothing to calibrate")
     best: dict[str, dict] = {}
     environment: dict = {}
     warmup = practical.assignment.timing.warmup_steps
