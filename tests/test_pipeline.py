@@ -105,6 +105,14 @@ def test_on_gpu_nodes_witnessed_runs_and_runs_with_too_few_gpus_go_on_virtual_gp
     assert on_this_machine(single, 1) == single and on_this_machine(virtual, 1) == virtual
 
 
+def test_a_quicker_grading_says_what_it_left_out(tmp_path: Path) -> None:
+    spec, folder = practical(tmp_path), submission(tmp_path)
+    quick = grade(spec, folder, FakeRunner(healthy), GradeOptions(world_size=3, timing=False))
+    assert quick.notes[0].startswith("quick mode: one run of 3 ranks on one node replaced the runs ws2, 2x2; mistakes that show only there")
+    assert quick.notes[1] == "--no-timing: the speed checks were left out"
+    assert grade(spec, folder, FakeRunner(healthy)).notes == ()
+
+
 def test_a_missing_script_is_graded_not_run(tmp_path: Path) -> None:
     folder = tmp_path / "empty"
     folder.mkdir()

@@ -443,8 +443,25 @@ def _report(practical: Practical, execution: Execution, options: GradeOptions) -
         environment=execution.environment,
         error="; ".join(errors) or None,
         manual=manual_texts(execution.answers or Answers(None), practical.assignment.manual_answers),
-        notes=execution.prepared.notes + tuple(dict.fromkeys(note for run in execution.results.values() for note in run.notes)),
+        notes=execution.prepared.notes + tuple(dict.fromkeys(note for run in execution.results.values() for note in run.notes)) + left_out(practical, execution.checks, options),
     )
+
+
+def left_out(practical: Practical, checks: tuple[CheckSpec, ...], options: GradeOptions) -> tuple[str, ...]:
+    """What a quicker grading (`--world-size`, `--no-timing`) did not do, said in the report: a
+    score from it is not the autograder's."""
+    notes = []
+    if options.world_size is not None:
+        judged = tuple(c for c in checks if not practical.module.CHECKS[c.check].timed)
+        replaced = [run.name for run in plan_runs(practical.assignment, judged, replace(options, world_size=None))]
+        notes.append(
+            f"quick mode: one run of {options.world_size} rank{'s' if options.world_size > 1 else ''} on one node replaced the runs "
+            f"{', '.join(replaced)}; mistakes that show only there (several nodes, where LOCAL_RANK is not RANK; other world sizes; "
+            "the grader's witness) are not looked for — the autograder runs them all"
+        )
+    if not options.timing:
+        notes.append("--no-timing: the speed checks were left out")
+    return tuple(notes)
 
 
 def grade(practical: Practical, submission: Path, runner: JobRunner, options: GradeOptions = GradeOptions()) -> GradingReport:
