@@ -39,7 +39,7 @@ from grader.assign.export import ExportRefused, build_export, write_export
 from grader.assign.markers import MarkerError
 from grader.assign.scaffold import ScaffoldError, new_practical
 from grader.assign.release import differences, release_practical, write
-from grader.course import Course, CourseError, Practical, find_course_root, load_course, load_practical, unknown_practical
+from grader.course import Course, CourseError, Practical, check_source_spec, find_course_root, load_course, load_practical, unknown_practical
 from grader.collect import collect, parse_time, write_answers, write_grades
 from grader.grade.pipeline import GradeOptions
 from grader.results.escape import terminal_line
@@ -274,14 +274,20 @@ def _check_status(report: GradingReport, exit_zero: bool) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     course = _course(args)
     print(f"{course.title} ({course.root})")
+    broken = 0
     for practical_id in course.practicals:
-        practical = load_practical(course, practical_id)
+        try:
+            practical = load_practical(course, practical_id)
+        except (CourseError, SpecError) as exc:  # one bad practical does not hide the others
+            broken += 1
+            print(f"\n{practical_id}: cannot be loaded: {exc}")
+            continue
         spec = practical.assignment
         runs = ", ".join(f"{r.name} ({r.layout.describe()}{f', {r.virtual_gpus} virtual GPUs' if r.virtual_gpus else ''})" for r in spec.runs)
         print(f"\n{spec.id}: {spec.title} — {spec.max_score:g} points; script {spec.script}; runs: {runs}")
         for check in spec.checks:
             print(f"  {check.id:<16} {check.points:>4g} pts  {check.visibility:<15} {check.title}")
-    return 0
+    return 1 if broken else 0
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -305,8 +311,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_release(args: argparse.Namespace) -> int:
     course = _course(args)
+    practicals = args.practicals or course.practicals
+    invalid = []
+    for practical in practicals:  # every spec first: nothing is released from a bad one
+        try:
+            check_source_spec(course, practical)
+        except (CourseError, SpecError) as exc:
+            invalid.append(practical)
+            print(f"error: {exc}", file=sys.stderr)
+    if invalid:
+        print(f"nothing released: fix the spec of {', '.join(invalid)} first", file=sys.stderr)
+        return 1
     out_of_step = []
-    for practical in args.practicals or course.practicals:
+    for practical in practicals:
         try:
             released = release_practical(course, practical)
         except (MarkerError, FileNotFoundError) as exc:

@@ -133,4 +133,14 @@ def load_practical(course: Course, practical: str) -> Practical:
     for name in ("CHECKS", "references"):
         if not hasattr(module, name):
             raise CourseError(f"practical {practical}: grader/practicals/{practical}.py defines no {name}")
+    source = course.solution_dir(practical) / "assignment.yaml"
+    if source.is_file():
+        load_assignment(source, module.CHECKS)  # the file the staff edit (assignments/ is made from it): its errors name it
     return Practical(assignment=load_assignment(course.spec_path(practical), module.CHECKS), module=module, course=course)
+
+
+def check_source_spec(course: Course, practical: str) -> None:
+    """Validate solutions/<id>/assignment.yaml, the spec a release copies (SpecError, CourseError)."""
+    if practical not in course.practicals:
+        raise CourseError(unknown_practical(course, practical))
+    load_assignment(course.solution_dir(practical) / "assignment.yaml", _practical_module(course, practical).CHECKS)

@@ -102,3 +102,28 @@ def test_releasing_twice_leaves_git_status_clean(tmp_path: Path) -> None:
     (course / "solutions" / "p6" / "p6_ddp.py").write_text((course / "solutions" / "p6" / "p6_ddp.py").read_text().replace("lr = 0.05", "lr = 0.1"))
     assert run_cli("--course-root", str(course), "release", "--check").returncode == 1
     assert run_cli("--course-root", str(course), "release", "p6").stdout.strip() == "p6: assignments/p6/p6_ddp.py"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("    points: 2\n", "    pointz: 2\n"), "checks[0].pointz: expected one of the keys id, check, title, points"),
+        (("    points: 2\n", "    points: two\n"), "checks[0].points: expected"),
+        (("    options: {max_ratio: 1.2}\n", "    options: {max_ratio: 1.2, fastest: yes}\n"), "fastest"),
+    ],
+    ids=["unknown key", "points not a number", "unknown option"],
+)
+def test_a_bad_spec_is_refused_at_release_naming_the_file_to_fix(change: tuple[str, str], message: str, tmp_path: Path) -> None:
+    course = copy_course(tmp_path)
+    source = course / "solutions" / "p6" / "assignment.yaml"
+    text = source.read_text()
+    assert change[0] in text
+    source.write_text(text.replace(change[0], change[1], 1))
+    released = (course / "assignments" / "p6" / "assignment.yaml").read_text()
+    done = run_cli("--course-root", str(course), "release")
+    assert done.returncode == 1 and "nothing released: fix the spec of p6 first" in done.stderr
+    assert f"{source}: " in done.stderr and message in done.stderr
+    assert (course / "assignments" / "p6" / "assignment.yaml").read_text() == released
+    listed = run_cli("--course-root", str(course), "list")  # the others are still listed
+    assert listed.returncode == 1 and f"p6: cannot be loaded: {source}: " in listed.stdout
+    assert all(f"\n{p}: " in listed.stdout for p in ("p4", "p5", "p10"))

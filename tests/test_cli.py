@@ -52,7 +52,7 @@ def test_a_broken_spec_is_an_autograder_error_naming_the_key(tmp_path: Path, cap
     output = load_results(results)["tests"][0]["output"]
     assert "assignment.yaml: checks[3].points: expected a number ≥ 0, found 'lots'" in output
     assert main(["--course-root", str(course), "list"]) == 1
-    assert "checks[3].points" in capsys.readouterr().err
+    assert f"p6: cannot be loaded: {spec}: checks[3].points" in capsys.readouterr().out
 
 
 def test_bad_command_lines_exit_2() -> None:

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.assign.scaffold import add_to_course
+from grader.course import Course
 from helpers import copy_course, load_results, run_cli
 
 pytestmark = pytest.mark.slow
@@ -31,3 +33,21 @@ def test_new_refuses_bad_or_taken_ids(tmp_path: Path) -> None:
     root = ("--course-root", str(course))
     assert "error: p6 exists already" in run_cli(*root, "new", "p6", "--title", "again").stderr
     assert "practical ids look like p7 or p11b, not 'lab7'" in run_cli(*root, "new", "lab7", "--title", "x").stderr
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        (
+            "# the course\ncourse: PDL   # its title\n\npracticals:\n    -   p4   # first\n    -   p6\n\n# more to come\ndeadline: x\n",
+            "# the course\ncourse: PDL   # its title\n\npracticals:\n    -   p4   # first\n    -   p6\n    -   p11\n\n# more to come\ndeadline: x\n",
+        ),
+        ("course: PDL\npracticals: [p4, p6]  # all\n", "course: PDL\npracticals: [p4, p6, p11]  # all\n"),
+        ("course: PDL\npracticals:\n- p4", "course: PDL\npracticals:\n- p4\n- p11\n"),
+    ],
+    ids=["block list with comments", "flow list", "no final newline"],
+)
+def test_new_adds_one_line_to_course_yaml_and_keeps_the_rest(before: str, after: str, tmp_path: Path) -> None:
+    (tmp_path / "course.yaml").write_text(before)
+    add_to_course(Course(root=tmp_path, title="PDL", practicals=()), "p11")
+    assert (tmp_path / "course.yaml").read_text() == after

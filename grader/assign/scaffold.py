@@ -57,17 +57,39 @@ def new_practical(course: Course, practical: str, title: str) -> list[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         written.append(target)
-    _add_to_course(course, practical)
+    add_to_course(course, practical)
     written.append("course.yaml")
     updated = load_course(course.root)
     written += write(updated, release_practical(updated, practical))
     return written
 
 
-def _add_to_course(course: Course, practical: str) -> None:
+def add_to_course(course: Course, practical: str) -> None:
+    """Append `practical` to course.yaml's `practicals:` list by editing that list's lines only:
+    the file's comments, order and indentation stay as the staff wrote them."""
     path = course.root / "course.yaml"
     text = path.read_text(encoding="utf-8")
-    comments = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-    data = yaml.safe_load(text)
-    data["practicals"] = [*data["practicals"], practical]
-    path.write_text(comments + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if re.match(r"practicals\s*:", line)), None)
+    if start is None:
+        raise ScaffoldError(f"{path} has no `practicals:` list to add {practical} to")
+    flow = re.match(r"(practicals\s*:\s*\[)([^\]]*)\](.*)$", lines[start].rstrip("\n"))
+    if flow:
+        items = flow.group(2).strip()
+        lines[start] = f"{flow.group(1)}{items + ', ' if items else ''}{practical}]{flow.group(3)}\n"
+    else:
+        last = start
+        for index in range(start + 1, len(lines)):
+            if re.match(r"\s*-\s", lines[index]):
+                last = index
+            elif lines[index].strip() and not lines[index].lstrip().startswith("#"):
+                break
+        item = re.match(r"\s*-\s*", lines[last]) if last > start else None
+        if not lines[last].endswith("\n"):
+            lines[last] += "\n"
+        lines.insert(last + 1, f"{item.group(0) if item else '  - '}{practical}\n")
+    edited = "".join(lines)
+    listed = (yaml.safe_load(text) or {}).get("practicals") or []
+    if (yaml.safe_load(edited) or {}).get("practicals") != [*listed, practical]:
+        raise ScaffoldError(f"could not add {practical} to the `practicals:` list of {path}: add it by hand")
+    path.write_text(edited, encoding="utf-8")
