@@ -28,6 +28,21 @@ def test_the_export_holds_templates_public_checks_and_the_self_check(tmp_path: P
     assert "python -m grader check" in (out / ".github" / "workflows" / "student-self-check.yml").read_text()
     assert (out / "assignments" / "p6" / "p6_ddp.py").read_bytes() == (ROOT / "assignments" / "p6" / "p6_ddp.py").read_bytes()
     assert yaml.safe_load((out / "course.yaml").read_text())["practicals"] == ["p4", "p5", "p6", "p10"]
+    assert not [f for f in files if f.endswith("answer_key.yaml")]  # the answers with one right value stay home
+    ignored = (out / ".gitignore").read_text().splitlines()
+    assert {".venv/", "__pycache__/", "*.egg-info/", "results*.json", "results*-runs/", "observe-out/"} <= set(ignored)
+
+
+def test_the_answer_key_agrees_with_torch_chunk_and_the_self_check_leaves_it_to_the_autograder() -> None:
+    from grader.checks.base import CheckContext
+    from grader.checks.concepts import concept_answers
+    from grader.checks.dataparallel import chunk_rows
+    from grader.spec import load_answer_key
+
+    key = load_answer_key(ROOT / "solutions", "p4")
+    assert key is not None and key["chunks_of_64_by_3"] == chunk_rows(64, 3) and key["chunks_of_10_by_4"] == chunk_rows(10, 4)
+    verdict = concept_answers(CheckContext(runs=(), options={}, args={}))
+    assert verdict.deferred == "the answer key stays with the course staff: the autograder grades these answers"
 
 
 def plant(tmp_path: Path, where: str, text: str) -> Path:
@@ -46,7 +61,10 @@ def plant(tmp_path: Path, where: str, text: str) -> Path:
         ("assignments/p6/README.md", "\nHidden: Parameters stay identical across ranks and match single-process training\n", "assignments/p6/README.md: the hidden check 'params_sync' ('Parameters stay identical across ranks and match single-process training')"),
         ("assignments/p6/notes_for_staff.txt", "the grading seeds we use\n", "assignments/p6/notes_for_staff.txt: not a file that `release` makes from solutions/p6 (not on the allow-list)"),
         ("grader/practicals/p6.py", "\n\ndef _never_called(x, rank, shard, device):\n    x = x[rank * shard : (rank + 1) * shard].to(device)\n", "grader/practicals/p6.py:"),
+        ("grader/checks/concepts.py", '\nEXPECTED = {"easier_to_implement": "data"}\n', "the answer to easier_to_implement (solutions/p4/answer_key.yaml)"),
+        ("grader/checks/concepts.py", "\nSIZES = dict(chunks_of_10_by_4=[3,3,3,1])\n", "the answer to chunks_of_10_by_4 (solutions/p4/answer_key.yaml)"),
     ],
+    ids=["template line", "p10 template line", "p5 answers", "hidden check title", "unlisted file", "grader module", "answer word", "answer list"],
 )
 def test_a_planted_leak_makes_the_export_refuse_and_names_it(where: str, text: str, message: str, tmp_path: Path) -> None:
     course = plant(tmp_path, where, text)

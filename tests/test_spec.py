@@ -104,3 +104,22 @@ def test_every_shipped_practical_loads(root: Path) -> None:
         assert practical.assignment.id == practical_id
         assert (course.solution_dir(practical_id) / practical.assignment.script).is_file()
         assert (course.template_dir(practical_id) / practical.assignment.script).is_file()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("main_overhead: {a: 1}\n", "answer_key.yaml: main_overhead: expected a word, a number or a list of them"),
+        ("2nd: data\n", "answer_key.yaml: 2nd: expected a question's name"),
+        ("- data\n", "answer_key.yaml: (top level): expected a mapping"),
+    ],
+)
+def test_a_bad_answer_key_names_the_question(text: str, message: str, tmp_path: Path) -> None:
+    from grader.spec import load_answer_key
+
+    (tmp_path / "p4").mkdir()
+    (tmp_path / "p4" / "answer_key.yaml").write_text(text)
+    with pytest.raises(SpecError) as caught:
+        load_answer_key(tmp_path, "p4")
+    assert message in str(caught.value)
+    assert load_answer_key(None, "p4") is None and load_answer_key(tmp_path, "p5") is None

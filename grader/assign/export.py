@@ -10,8 +10,9 @@ What goes in is an allow-list, nothing else:
   course.yaml, README.md   made for the export (README from templates/student/)
   .github/workflows/student-self-check.yml   the self-check on every push
 Every export is scanned before anything is written: a line of any practical's solution, a
-solution marker, or a hidden check's id or title in a spec or README makes it refuse, naming
-the file, the line and what leaked.
+solution marker, an answer of an answer key (solutions/<id>/answer_key.yaml, which stays home)
+beside its question's name, or a hidden check's id or title in a spec or README makes it
+refuse, naming the file, the line and what leaked.
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import yaml
 
-from grader.assign.leaks import Leak, public_lines, scan, solution_lines
+from grader.assign.leaks import Leak, answer_needles, public_lines, scan, solution_lines
 from grader.assign.release import SKIPPED_PARTS, release_practical
 from grader.course import Course, load_practical
+from grader.spec import load_answer_key
 
 PRIVATE = "# grader: private"
 STUDENT_TEMPLATES = Path("templates") / "student"
@@ -101,7 +103,9 @@ def build_export(course: Course, practicals: list[str]) -> Export:
     files[STUDENT_WORKFLOW] = (course.root / STUDENT_WORKFLOW).read_bytes()
     public = public_lines(course)
     secrets = [line for practical in course.practicals for line in solution_lines(course, practical, public)]
-    leaks: list[Leak] = scan(files, secrets, hidden_checks)
+    keys = {practical: load_answer_key(course.root / "solutions", practical) for practical in course.practicals}
+    answers = [needle for practical, key in keys.items() if key for needle in answer_needles(practical, key)]
+    leaks: list[Leak] = scan(files, secrets, hidden_checks, answers)
     problems += [leak.describe() for leak in leaks]
     if problems:
         raise ExportRefused(problems)

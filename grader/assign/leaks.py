@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import nbformat
 
@@ -23,6 +23,13 @@ MIN_LENGTH = 10
 class SolutionLine:
     text: str  # stripped
     source: str  # "solutions/p6/p6_ddp.py:58"
+
+
+@dataclass(frozen=True)
+class AnswerNeedle:
+    name: str  # the question, e.g. "main_overhead"
+    forms: tuple[str, ...]  # its answer as code or YAML would write it
+    source: str  # "solutions/p4/answer_key.yaml"
 
 
 @dataclass(frozen=True)
@@ -81,10 +88,23 @@ def solution_lines(course: Course, practical: str, public: set[str]) -> list[Sol
     return found
 
 
-def scan(files: dict[str, bytes], secrets: list[SolutionLine], hidden_checks: dict[str, dict[str, str]]) -> list[Leak]:
-    """Every leak in `files` (exported path -> content): solution lines, markers, and the ids
-    or titles of a practical's hidden checks (practical -> id -> title) in its specs and
-    markdown."""
+def answer_needles(practical: str, key: Mapping[str, Any]) -> list[AnswerNeedle]:
+    """How each answer of a practical's answer key would be written beside its question's
+    name: quoted or in YAML for a word, as Python or YAML writes a list."""
+    needles = []
+    for name, value in key.items():
+        if isinstance(value, list):
+            forms = (str(value), "[" + ",".join(str(v) for v in value) + "]")
+        else:
+            forms = (f'"{value}"', f"'{value}'", f"{name}: {value}")
+        needles.append(AnswerNeedle(name=name, forms=forms, source=f"solutions/{practical}/answer_key.yaml"))
+    return needles
+
+
+def scan(files: dict[str, bytes], secrets: list[SolutionLine], hidden_checks: dict[str, dict[str, str]], answers: list[AnswerNeedle] = ()) -> list[Leak]:
+    """Every leak in `files` (exported path -> content): solution lines, markers, an answer of
+    an answer key on a line with its question's name, and the ids or titles of a practical's
+    hidden checks (practical -> id -> title) in its specs and markdown."""
     by_text = {s.text: s for s in secrets}
     leaks = []
     for name, content in sorted(files.items()):
@@ -102,6 +122,10 @@ def scan(files: dict[str, bytes], secrets: list[SolutionLine], hidden_checks: di
                 leaks.append(Leak(f"{name}:{number}", f"a line of the solution ({by_text[stripped].source}): {stripped[:100]!r}"))
             elif ANY_MARKER.search(line) and not name.endswith(".md") and not name.startswith("grader/"):
                 leaks.append(Leak(f"{name}:{number}", f"a solution marker: {stripped[:100]!r}"))
+            else:
+                for needle in answers:
+                    if needle.name in line and any(form in line for form in needle.forms):
+                        leaks.append(Leak(f"{name}:{number}", f"the answer to {needle.name} ({needle.source}): {stripped[:100]!r}"))
         practical = name.split("/")[1] if name.startswith("assignments/") else None
         if practical and name.endswith(("assignment.yaml", ".md")):
             for check_id, title in hidden_checks.get(practical, {}).items():

@@ -19,6 +19,7 @@ import nbformat
 from grader.assign.markers import ANY_MARKER, Code, MarkerError
 from grader.assign.transforms import TRANSFORMS
 from grader.course import Course
+from grader.spec import ANSWER_KEY
 
 TRANSFORMED = {".py": True, ".yaml": False, ".yml": False}  # suffix -> Python (regions become a raise)
 SKIPPED_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache"}
@@ -61,11 +62,12 @@ def _notebook(source: Path, label: str) -> bytes:
 
 
 def release_practical(course: Course, practical: str) -> Released:
-    """The template files of `practical`, made in memory (MarkerError for bad markers)."""
+    """The template files of `practical`, made in memory (MarkerError for bad markers); the
+    answer key (answer_key.yaml) stays with the solution."""
     source_dir = course.solution_dir(practical)
     if not source_dir.is_dir():
         raise FileNotFoundError(f"{source_dir} does not exist")
-    sources = sorted(p for p in source_dir.rglob("*") if p.is_file() and not SKIPPED_PARTS.intersection(p.relative_to(source_dir).parts))
+    sources = sorted(p for p in source_dir.rglob("*") if p.is_file() and not SKIPPED_PARTS.intersection(p.relative_to(source_dir).parts) and p.relative_to(source_dir).as_posix() != ANSWER_KEY)
     twins = {p.with_name(p.name.replace(".template.", ".")) for p in sources if ".template." in p.name}
     files: dict[str, bytes] = {}
     for source in sources:

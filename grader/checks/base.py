@@ -99,6 +99,7 @@ class CheckContext:
     timings: Mapping[str, Any] = field(default_factory=dict)  # timed run name -> timing.TimedRuns (speed checks)
     warmup_steps: int = 1  # the spec's timing protocol: steps not timed at the start of a launch
     baselines: Mapping[str, Any] | None = None  # this machine's calibration (calibration/<practical>.yaml), if measured
+    answer_key: Mapping[str, Any] | None = None  # solutions/<id>/answer_key.yaml; None where the staff's files are absent
 
     def args_of(self, run: JobResult) -> Mapping[str, Any]:
         """The arguments `run` was given: the common ones and its own."""

@@ -39,7 +39,7 @@ from grader.grade.prepared import Prepared
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.run.job import JobResult, JobRunner, JobSpec, Layout
 from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
-from grader.spec import Assignment, CheckSpec, RunDef
+from grader.spec import Assignment, CheckSpec, RunDef, load_answer_key
 
 MIN_RUN_S = 1.0  # a run is skipped rather than started with less time than this
 
@@ -432,6 +432,7 @@ def _report(practical: Practical, execution: Execution, options: GradeOptions) -
         timings=execution.timings,
         warmup_steps=practical.assignment.timing.warmup_steps,
         baselines=(options.calibration or {}).get(execution.environment.get("machine", "")),
+        answer_key=load_answer_key(options.solutions, practical.id),
     )
     graded, errors = _judge_all(practical, execution.checks, execution.deferred, execution.results, base, everything=options.world_size is not None)
     return GradingReport(

@@ -1,5 +1,5 @@
-"""The assignment spec (assignment.yaml): its model and its loader."""
-from grader.spec.load import SpecError, load_assignment
+"""The assignment spec (assignment.yaml) and the answer key beside it: models and loaders."""
+from grader.spec.load import ANSWER_KEY, SpecError, load_answer_key, load_assignment
 from grader.spec.model import VISIBILITIES, Assignment, CheckSpec, RunDef
 
-__all__ = ["VISIBILITIES", "Assignment", "CheckSpec", "RunDef", "SpecError", "load_assignment"]
+__all__ = ["ANSWER_KEY", "VISIBILITIES", "Assignment", "CheckSpec", "RunDef", "SpecError", "load_answer_key", "load_assignment"]

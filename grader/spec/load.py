@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 import yaml
@@ -223,3 +224,34 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         timing=_load_timing(top),
         manual_answers=tuple(top.get("manual_answers", "a list of dotted keys of the answers file", lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), [])),
     )
+
+
+ANSWER_KEY = "answer_key.yaml"  # solutions/<id>/answer_key.yaml: never exported
+
+
+def load_answer_key(solutions: Path | None, practical: str) -> Mapping[str, Any] | None:
+    """The answers with one right value (question -> answer: a word, a number or a list of
+    them), kept with the staff in solutions/<id>/answer_key.yaml; None where there is none (a
+    student's repository: the checks that need it are left to the autograder)."""
+    if solutions is None:
+        return None
+    path = solutions / practical / ANSWER_KEY
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(path, "(file)", "a readable YAML mapping", f"<{exc}>") from None
+    node = _Node(path, "", data)
+    for key, value in node.data.items():
+        if not (isinstance(key, str) and _identifier(key)):
+            raise SpecError(path, str(key), "a question's name (a Python identifier)", key)
+        if not _plain_answer(value):
+            raise SpecError(path, key, "a word, a number or a list of them", value)
+    return MappingProxyType(dict(node.data))
+
+
+def _plain_answer(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(_plain_answer(item) and not isinstance(item, list) for item in value)
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
