@@ -10,6 +10,7 @@
     python -m grader release [PRACTICAL ...]      assignments/ from solutions/ (the templates)
     python -m grader export-student P... --out D  the students' repository, scanned for leaks
     python -m grader new ID --title T             a new practical from templates/practical/
+    python -m grader gradescope P --out Z         an autograder zip for Gradescope
     python -m grader calibrate PRACTICAL          baselines of the reference solution on this machine
     python -m grader collect RESULTS_DIR --csv F  grades out (latest submission before a deadline)
     python -m grader submit P DIR --results-dir R a grading job (Slurm or local); --wait for the result
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Sequence, TextIO
 
 from grader.assign.export import ExportRefused, build_export, write_export
+from grader.assign.gradescope import gradescope_files, write_zip
 from grader.assign.markers import MarkerError
 from grader.assign.scaffold import ScaffoldError, new_practical
 from grader.assign.release import differences, release_practical, write
@@ -121,6 +123,10 @@ def _parser() -> argparse.ArgumentParser:
     x = commands.add_parser("export-student", help="write the students' starter repository (no solution can leak)")
     x.add_argument("practicals", nargs="+", help="practical ids")
     x.add_argument("--out", type=Path, required=True, help="an empty or new folder")
+
+    gs = commands.add_parser("gradescope", help="build an autograder zip for Gradescope (setup.sh, run_autograder)")
+    gs.add_argument("practical", help="practical id, e.g. p6")
+    gs.add_argument("--out", type=Path, default=Path("autograder.zip"), help="where to write the zip (default: ./autograder.zip)")
 
     n = commands.add_parser("new", help="scaffold a new practical from templates/practical/")
     n.add_argument("practical", help="its id, e.g. p7")
@@ -356,6 +362,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    course = _course(args)
+    if args.practical not in course.practicals:
+        print(f"error: {unknown_practical(course, args.practical)}", file=sys.stderr)
+        return 2
+    files = gradescope_files(course, args.practical)
+    write_zip(files, args.out)
+    print(f"wrote {args.out} ({len(files)} files): upload it as the autograder of {args.practical} on Gradescope (Ubuntu base image)")
+    return 0
+
+
 def cmd_new(args: argparse.Namespace) -> int:
     course = _course(args)
     try:
@@ -563,6 +580,7 @@ COMMANDS = {
     "release": cmd_release,
     "export-student": cmd_export,
     "new": cmd_new,
+    "gradescope": cmd_gradescope,
     "calibrate": cmd_calibrate,
     "collect": cmd_collect,
     "submit": cmd_submit,
