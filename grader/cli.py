@@ -44,6 +44,7 @@ from grader.assign.release import differences, release_practical, write
 from grader.course import Course, CourseError, Practical, check_source_spec, find_course_root, load_course, load_practical, unknown_practical
 from grader.collect import collect, parse_time, write_answers, write_grades
 from grader.grade.pipeline import GradeOptions
+from grader.results.classroom import classroom_encoded
 from grader.results.escape import terminal_line
 from grader.observe.views import write_views
 from grader.results.gradescope import read_document, read_scores, write_results
@@ -112,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("dir", nargs="?", type=Path, help="folder with your files (default: assignments/PRACTICAL)")
     c.add_argument("--results", type=Path, help="also write results.json here (and what your runs did beside it; without it, that goes to a new temporary folder)")
     c.add_argument("--exit-zero", action="store_true", help="exit 0 even when a check fails (the default exit status is 1 then, so CI shows it)")
+    c.add_argument("--classroom", type=Path, help="also write the result for GitHub Classroom's grading reporter here (base64, the RUNNER_RESULTS value)")
     grading_options(c)
 
     commands.add_parser("list", help="practicals with their checks, points and visibility")
@@ -266,6 +268,8 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
         report = GradingReport.failure(args.practical, f"internal error: {type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started)
     views = None if args.results is not None or not public_only or args.no_views else Path(tempfile.mkdtemp(prefix="pdl-check-"))
     status = _emit(report, args.results, args.markdown, views, with_views=not args.no_views)
+    if public_only and args.classroom is not None:
+        args.classroom.write_text(classroom_encoded(report) + "\n", encoding="ascii")
     return _check_status(report, args.exit_zero) if public_only else status
 
 

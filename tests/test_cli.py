@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -98,8 +100,10 @@ def test_the_self_check_exits_1_when_a_check_fails_unless_told_otherwise(tmp_pat
 def test_the_self_check_runs_public_checks_on_the_template_by_default(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     summary = tmp_path / "summary.md"
     results = tmp_path / "r.json"
-    assert main(["check", "p6", "--world-size", "2", "--markdown", str(summary), "--results", str(results)]) == 1  # its checks fail: CI shows it
+    classroom = tmp_path / "classroom.txt"
+    assert main(["check", "p6", "--world-size", "2", "--markdown", str(summary), "--results", str(results), "--classroom", str(classroom)]) == 1  # its checks fail: CI shows it
     out = capsys.readouterr().out
+    assert json.loads(base64.b64decode(classroom.read_text()))["status"] == "fail"
     assert "TODO 1: initialise the process group" in out
     checks = checks_by_id(load_results(results))
     assert "params_sync" not in checks and set(checks) == {"rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit", "efficiency", "ddp_vs_dp"}

@@ -61,3 +61,22 @@ def test_console_and_markdown_show_the_table_and_the_feedback() -> None:
     assert "ValueError: boom" in table
     md = markdown(report())
     assert "| 2 | Sync | 0/5 | ❌ fail |" in md and "<details>" in md
+
+
+def test_github_classroom_gets_the_graded_checks_as_its_reporter_reads_them() -> None:
+    import base64
+    import json
+
+    from grader.results.classroom import classroom_encoded
+
+    checks = (
+        CheckResult("rank_setup", "Rank setup", 1, 2.0, 2.0, Status.PASSED, "ok"),
+        CheckResult("grad_sync", "Gradients \x1b[2J", 2, 1.5, 5.0, Status.FAILED, "3 of 5\nsteps \u202e"),
+        CheckResult("ddp_vs_dp", "On 2 GPUs", 3, 0.0, 1.0, Status.DEFERRED, "not graded here"),
+    )
+    document = json.loads(base64.b64decode(classroom_encoded(GradingReport("p6", "DDP", checks))))
+    assert document["status"] == "fail" and document["max_score"] == 7.0  # the deferred check is not the self-check's to give
+    assert [(t["name"], t["status"], t["score"]) for t in document["tests"]] == [("p6 1. Rank setup", "pass", 2.0), ("p6 2. Gradients \\x1b[2J", "fail", 1.5)]
+    assert document["tests"][1]["message"] == "3 of 5\\nsteps \\u202e"  # printed on the job's log: nothing in it acts
+    failed = json.loads(base64.b64decode(classroom_encoded(GradingReport.failure("p6", "no sandbox"))))
+    assert failed["status"] == "error" and failed["tests"][0]["message"] == "no sandbox"
