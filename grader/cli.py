@@ -4,6 +4,7 @@
     python -m grader check PRACTICAL [DIR]        the student's self-check (public checks)
     python -m grader list                         practicals, checks, points, visibility
     python -m grader verify [PRACTICAL ...]       grade the reference solutions
+    python -m grader doctor                       what this machine can do for grading, with fixes
     python -m grader run --virtual-gpus N -- CMD  any command, its Python processes on N virtual GPUs
     python -m grader observe [--virtual-gpus N] [--out DIR] -- CMD
                                                   what CMD's processes did: devices, shapes, all-reduces, times
@@ -43,6 +44,7 @@ from grader.assign.scaffold import ScaffoldError, new_practical
 from grader.assign.release import differences, release_practical, write
 from grader.course import Course, CourseError, Practical, check_source_spec, find_course_root, load_course, load_practical, unknown_practical
 from grader.collect import collect, parse_time, write_answers, write_grades
+from grader.doctor import PROBLEM, examine
 from grader.grade.pipeline import GradeOptions
 from grader.results.classroom import classroom_encoded
 from grader.results.escape import terminal_line
@@ -187,13 +189,15 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--student", help="only this student")
 
     r = commands.add_parser("run", help="run any command on virtual GPUs: run --virtual-gpus 4 -- python train.py")
-    r.add_argument("--virtual-gpus", type=_count, default=2, help="CUDA devices to pretend (default 2)")
+    r.add_argument("--virtual-gpus", type=_count, required=True, help="CUDA devices to pretend (required: how many GPUs the program should see)")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- torchrun --nproc_per_node=2 train.py")
 
     o = commands.add_parser("observe", help="run a command unmodified and report what its processes did: observe -- torchrun ... train.py")
     o.add_argument("--virtual-gpus", type=_count, default=0, help="CUDA devices to pretend (default 0: the real ones, or the CPU)")
     o.add_argument("--out", type=Path, default=Path("observe-out"), help="where the timeline PNG, the trace JSON and the events go (default ./observe-out)")
     o.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- torchrun --nproc_per_node=2 train.py")
+
+    commands.add_parser("doctor", help="what this machine can do for grading (driver, NVML, CUDA, NCCL, sandbox, cgroups), with fixes")
 
     v = commands.add_parser("verify", help="grade the reference solutions; fails unless each gets full marks")
     v.add_argument("practicals", nargs="*", help="practical ids (default: all)")
@@ -570,6 +574,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    try:
+        course_root: Path | None = find_course_root(args.course_root)
+    except CourseError:
+        course_root = None
+    problems = 0
+    for finding in examine(course_root):
+        problems += finding.status == PROBLEM
+        _say(f"{finding.status:<9} {finding.name:<9} {finding.seen}")
+        if finding.fix:
+            _say(f"{'':<19}fix: {finding.fix}")
+    print("everything this machine has works" if not problems else f"{problems} problem(s): see the fixes above")
+    return 1 if problems else 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     return cmd_grade(args, public_only=True)
 
@@ -579,6 +598,7 @@ COMMANDS = {
     "check": cmd_check,
     "list": cmd_list,
     "verify": cmd_verify,
+    "doctor": cmd_doctor,
     "run": cmd_run,
     "observe": cmd_observe,
     "release": cmd_release,

@@ -43,7 +43,9 @@ def test_exit_codes_pass_through_and_a_missing_command_is_explained(tmp_path: Pa
     failing.write_text("import torch\ntorch.zeros(1).to('cuda:3')\n")
     done = run_cli("run", "--virtual-gpus", "2", "--", sys.executable, str(failing), cwd=tmp_path)
     assert done.returncode == 1 and "CUDA error: invalid device ordinal" in done.stderr
-    assert run_cli("run", "--", "no-such-command-here").returncode == 127
+    assert run_cli("run", "--virtual-gpus", "2", "--", "no-such-command-here").returncode == 127
+    unsaid = run_cli("run", "--", sys.executable, "-c", "pass")  # no silent default: observe's is 0, run exists for N > 0
+    assert unsaid.returncode == 2 and "--virtual-gpus" in unsaid.stderr
     assert run_cli("run").returncode == 2
 
 
