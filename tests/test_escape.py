@@ -243,6 +243,7 @@ def test_ordinary_text_renders_as_before() -> None:
     )
     assert markdown(report) == (
         "### p6: DDP under torchrun\n\n**Score: 2 / 7** — graded in 12.3 s, on vm-1, seed 5\n\n"
+        "- line 3: the cell magic %%time was ignored\n\n"
         "| # | check | points | result |\n|---|---|---|---|\n"
         "| 1 | Ranks match the launcher | 2/2 | ✅ pass |\n| 2 | Gradients — 1.2× its time | 0/5 | ❌ fail |\n\n"
         "<details><summary>Feedback</summary>\n\n"

@@ -65,8 +65,9 @@ def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) ->
 
     receipt = push(alice)
     assert receipt.startswith(f"queued p6 @{alice_commit[:7]}: started as job local-"), receipt
+    assert receipt.endswith("\nfeedback, once graded: git fetch origin feedback && git show origin/feedback:p6.md")
     # the local backend grades one at a time (concurrent gradings would disturb each other's timing)
-    assert push(bob) == f"queued p6 @{bob_commit[:7]}: {WAITING_FOR_SLOT}"
+    assert push(bob).splitlines()[0] == f"queued p6 @{bob_commit[:7]}: {WAITING_FOR_SLOT}"
     (alice / "notes.md").write_text("to do: read about NCCL\n")
     git("add", "notes.md", cwd=alice)
     git("commit", "-qm", "notes", cwd=alice)
@@ -93,6 +94,17 @@ def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) ->
 
     git("push", "-q", "origin", "main:refs/heads/again", cwd=alice)  # the same commits on another branch: not graded again
     assert len(list(results.glob("*/p6/*.json"))) == 2
+
+    # the feedback, read from the students' own clones as the receipt says
+    git("fetch", "-q", "origin", "feedback", cwd=alice)
+    mine = git("show", "origin/feedback:p6.md", cwd=alice)
+    assert "**Score: 16 / 16 " in mine and f"Graded commit: {alice_commit}" in mine
+    assert git("show", f"origin/feedback:p6/{alice_commit}.md", cwd=alice) == mine
+    assert "Parameters stay identical" not in mine and "shown after the deadline" in mine  # params_sync: after_due_date
+    assert "isolation" not in mine and "sandbox" not in mine
+    git("fetch", "-q", "origin", "feedback", cwd=bob)
+    theirs = git("show", "origin/feedback:p6.md", cwd=bob)
+    assert "no all-reduce at all" in theirs and alice_commit not in theirs
 
 
 @needs("slurm", slurm_problem())

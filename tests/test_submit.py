@@ -24,6 +24,8 @@ from helpers import ROOT, git, needs, sandbox_problem
 COURSE = load_course(ROOT)
 COMMIT = "c0ffee1234"
 
+READ_FEEDBACK = "feedback, once graded: git fetch origin feedback && git show origin/feedback:p6.md"
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> ResultsStore:
@@ -314,7 +316,7 @@ def receive(lines: list[str], repo: Path, store: ResultsStore, backend: FakeBack
 def test_the_hook_queues_each_pushed_practical_and_says_so(pushed, store: ResultsStore) -> None:
     repo, first, second = pushed
     backend = FakeBackend()
-    assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"queued p6 @{second[:7]}: started as job fake-1"]
+    assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"queued p6 @{second[:7]}: started as job fake-1", READ_FEEDBACK]
     (record,) = Queue(store).pending()
     assert (record.student, record.practical, record.commit, record.source, record.options) == ("alice", "p6", second, {"kind": "git", "repo": str(repo)}, {"gpus": 1, "time_min": 8})
     assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"p6 @{second[:7]}: already queued"]
@@ -325,7 +327,7 @@ def test_the_hook_queues_each_pushed_practical_and_says_so(pushed, store: Result
 def test_the_hook_records_a_push_when_grading_is_down(pushed, store: ResultsStore) -> None:
     repo, first, second = pushed
     down = FakeBackend(down=True)
-    assert receive([f"{'0' * 40} {first} refs/heads/main"], repo, store, down) == [f"queued p6 @{first[:7]}: waiting (grading is down; it will be graded when it is back)"]
+    assert receive([f"{'0' * 40} {first} refs/heads/main"], repo, store, down) == [f"queued p6 @{first[:7]}: waiting (grading is down; it will be graded when it is back)", READ_FEEDBACK]
 
     def broken() -> None:
         raise OSError("no such file: python")
@@ -339,7 +341,7 @@ def test_the_hook_records_a_push_when_grading_is_down(pushed, store: ResultsStor
 
 def test_the_hook_receipt_is_undecided_when_the_dispatcher_is_slow(pushed, store: ResultsStore) -> None:
     repo, first, second = pushed
-    assert receive([f"{first} {second} refs/heads/main"], repo, store, FakeBackend(), start=lambda: None) == [f"queued p6 @{second[:7]}: recorded; grading starts when the cluster answers"]
+    assert receive([f"{first} {second} refs/heads/main"], repo, store, FakeBackend(), start=lambda: None) == [f"queued p6 @{second[:7]}: recorded; grading starts when the cluster answers", READ_FEEDBACK]
 
 
 def test_installing_the_hook_checks_the_repository(tmp_path: Path, store: ResultsStore, pushed) -> None:

@@ -126,6 +126,7 @@ def markdown(report: GradingReport) -> str:
     lines = [f"### {heading}", "", f"**{_score_line(report)}** — {markdown_inline(_environment_line(report))}", ""]
     if report.error:
         lines += [f"> **Autograder error:** {markdown_inline(report.error)}", ""]
+    lines += [f"- {markdown_inline(note)}" for note in report.notes] + ([""] if report.notes else [])
     lines += ["| # | check | points | result |", "|---|---|---|---|"]
     for check in report.checks:
         mark = {Status.PASSED: "✅ pass", Status.FAILED: "❌ fail", Status.DEFERRED: "⏸ deferred", Status.ERROR: "⚠️ error"}[check.status]

@@ -23,6 +23,7 @@ from grader.course import Course
 from grader.results.escape import terminal_line
 from grader.store import ResultsStore, safe_name
 from grader.submit.dispatch import WAITING_FOR_SLOT
+from grader.submit.feedback import read_command
 from grader.submit.queue import Queue, Submission
 from grader.submit.worker import git_free_environment
 
@@ -142,3 +143,5 @@ def receive(lines: Iterable[str], repo: Path, store: ResultsStore, course: Cours
         time.sleep(0.1)
     for submission in queued:
         _tell(out, f"queued {submission.practical} @{submission.commit[:7]}: {receipts[submission.key] or UNDECIDED}")
+    for practical in dict.fromkeys(s.practical for s in queued):
+        _tell(out, f"feedback, once graded: {read_command(practical)}")

@@ -24,6 +24,7 @@ from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport
 from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, remove_tree
 from grader.store import ResultsStore
+from grader.submit.feedback import publish
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
 GIT_ARCHIVE_S = 120  # taking a commit's files out of git
@@ -201,6 +202,19 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     report = write_views(report, store.path_for(submission.student, submission.practical, submission.commit))
     store.save(to_gradescope(report), provenance(submission, course, report))
     queue.remove(key)
+    delivered = deliver(submission, report)
     if report.error:
-        return f"an autograder error is recorded after {submission.attempts + 1} attempts: {report.error[:200]}"
-    return f"graded: {report.score:g}/{report.max_score:g}"
+        return f"an autograder error is recorded after {submission.attempts + 1} attempts: {report.error[:200]}{delivered}"
+    return f"graded: {report.score:g}/{report.max_score:g}{delivered}"
+
+
+def deliver(submission: Submission, report: GradingReport) -> str:
+    """The feedback into the student's repository, for a pushed submission; what became of it
+    (the stored result stands either way)."""
+    if submission.source.get("kind") != "git":
+        return ""
+    try:
+        publish(Path(submission.source["repo"]), submission.practical, submission.commit, report)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        return f"; feedback not delivered to the repository: {exc}"
+    return "; feedback on the repository's feedback branch"
