@@ -18,6 +18,7 @@
     python -m grader dispatch --results-dir R     start, watch and retry the queued gradings
     python -m grader hook install REPO ...        grade every git push to a bare repository
     python -m grader status --results-dir R       what was graded, what is queued
+    python -m grader regrade --results-dir R ...  grade stored results again (by practical, student, commit, errors, stale)
 
 Exit status of grade: 0 when grading completed (whatever the score), 1 when the grader itself
 could not grade (the results file then holds an "Autograder error" entry). Of check: 0 when
@@ -62,6 +63,7 @@ from grader.submit import hook
 from grader.submit.backends import Backend, LocalBackend, SlurmBackend
 from grader.submit.dispatch import dispatch, inbox, job_minutes, settle, wait
 from grader.submit.queue import Queue, Submission
+from grader.submit.regrade import Selection, regrade
 from grader.submit.worker import work
 
 
@@ -183,6 +185,15 @@ def _parser() -> argparse.ArgumentParser:
     hr.add_argument("--repo", type=Path, required=True, help="the bare repository")
     hr.add_argument("--student", required=True, help="whose repository")
     backend_options(hr)
+
+    rg = commands.add_parser("regrade", help="grade stored results again (keeping the earlier ones): by practical, student, commit, errors or stale")
+    backend_options(rg, job_options=False)
+    rg.add_argument("--practical", help="only this practical")
+    rg.add_argument("--student", help="only this student")
+    rg.add_argument("--commit", help="only this commit (or the first characters of it)")
+    rg.add_argument("--errors", action="store_true", help="only results that are autograder errors")
+    rg.add_argument("--stale", action="store_true", help="only results graded by another grader version or another version of the spec")
+    rg.add_argument("--wait", action="store_true", help="dispatch until the regrades are done")
 
     st = commands.add_parser("status", help="what was graded, what is queued")
     st.add_argument("--results-dir", type=Path, required=True, help="the results store (a shared folder)")
@@ -529,6 +540,21 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_regrade(args: argparse.Namespace) -> int:
+    course, store = _course(args), ResultsStore(args.results_dir)
+    selection = Selection(practical=args.practical, student=args.student, commit=args.commit, errors=args.errors, stale=args.stale)
+    done = regrade(store, course, selection, args.backend)
+    for item in done:
+        _say(f"{item.name}: {item.what}")
+    keys = {item.key for item in done if item.key}
+    print(f"{len(keys)} of {len(done)} selected result(s) queued again" if done else "no stored result matches")
+    if args.wait and keys:
+        return 0 if wait(store, course, _backend(args.backend), keys=keys, report=_say) else 1
+    if keys:
+        dispatch(store, course, _backend(args.backend))
+    return 0
+
+
 def cmd_work(args: argparse.Namespace) -> int:
     store, course = ResultsStore(args.results_dir), _course(args)
     _say(work(store, course, args.key))
@@ -612,6 +638,7 @@ COMMANDS = {
     "work": cmd_work,
     "hook": cmd_hook,
     "status": cmd_status,
+    "regrade": cmd_regrade,
 }
 
 

@@ -5,12 +5,14 @@ Layout (under the store's root):
 
     <student>/<practical>/<commit>.json     the Gradescope results.json of that commit, with
                                             extra_data.provenance (below)
+    <student>/<practical>/history/<commit>.<n>.json   earlier results of it (`grader regrade`)
     queue/<student>--<practical>--<commit>.json   submissions waiting to be graded (or retried)
     inbox/<student>--<practical>--<commit>/       the files of a `grader submit` until graded
     logs/<student>--<practical>--<commit>.log     the grading job's output (and .sbatch script)
 
 provenance: student, practical, commit, submitted_at (ISO 8601), graded_at, grader version,
-template version (the released template's commit, when known), node, GPUs, attempt.
+spec digest (sha256 of the assignment.yaml it was graded by), template version (the released
+template's commit, when known), node, GPUs, attempt, source (where the files came from).
 Files are written to a temporary name in the same folder and renamed, so a reader sees a
 whole file or none.
 """
@@ -73,6 +75,22 @@ class ResultsStore:
         document = with_provenance(document, provenance)
         write_atomically(path, document_text(document))
         return path
+
+    def retire(self, student: str, practical: str, commit: str) -> Path:
+        """Move the stored result of a commit into its history (<student>/<practical>/history/
+        <commit>.<n>.json, n counting up), so that it can be graded again; returns where it went."""
+        path = self.path_for(student, practical, commit)
+        history = path.parent / "history"
+        history.mkdir(exist_ok=True)
+        number = 1 + max((int(old.suffixes[-2].lstrip(".")) for old in history.glob(f"{path.stem}.*.json") if old.suffixes[-2].lstrip(".").isdigit()), default=0)
+        target = history / f"{path.stem}.{number}.json"
+        path.rename(target)
+        return target
+
+    def history(self, student: str, practical: str, commit: str) -> list[Path]:
+        """The earlier results of a commit, oldest first."""
+        path = self.path_for(student, practical, commit)
+        return sorted((path.parent / "history").glob(f"{path.stem}.*.json"), key=lambda old: int(old.suffixes[-2].lstrip(".")))
 
     def entries(self) -> Iterator[Entry]:
         """Every stored grading (files that cannot be read are passed over)."""

@@ -153,6 +153,12 @@ def provenance_of(document: dict[str, Any]) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def autograder_error_of(document: dict[str, Any]) -> str | None:
+    """Why the grader could not grade, for a document of an autograder error (else None)."""
+    error = document.get("extra_data", {}).get("autograder_error")
+    return error if isinstance(error, str) and error else None
+
+
 def document_text(document: dict[str, Any]) -> str:
     """A results document as the text of a results.json file (made safe to encode first)."""
     return json.dumps(json_safe(document), indent=2, ensure_ascii=False) + "\n"

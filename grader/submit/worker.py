@@ -5,6 +5,7 @@ queued for a retry, up to MAX_ATTEMPTS; after that an autograder-error result is
 no accepted submission ends without a result."""
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import shutil
@@ -149,6 +150,14 @@ def template_version(course: Course, practical: str) -> str:
     return done.stdout.strip() or "unknown"
 
 
+def spec_digest(course: Course, practical: str) -> str:
+    """sha256 of the spec a grading of `practical` reads now ("" when it cannot be read)."""
+    try:
+        return hashlib.sha256(course.spec_path(practical).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
 def provenance(submission: Submission, course: Course, report: GradingReport) -> dict:
     env = report.environment
     return {
@@ -158,6 +167,9 @@ def provenance(submission: Submission, course: Course, report: GradingReport) ->
         "submitted_at": submission.submitted_at,
         "graded_at": now(),
         "grader": __version__,
+        "spec_digest": spec_digest(course, submission.practical),
+        "source": submission.source,
+        "options": submission.options,
         "template_version": template_version(course, submission.practical),
         "node": platform.node(),
         "gpus": {"requested": submission.options.get("gpus", 0), "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "cuda": env.get("cuda_gpus", 0), "devices": env.get("devices", "")},
