@@ -14,10 +14,12 @@ provenance: student, practical, commit, submitted_at (ISO 8601), graded_at, grad
 spec digest (sha256 of the assignment.yaml it was graded by), template version (the released
 template's commit, when known), node, GPUs, attempt, source (where the files came from).
 Files are written to a temporary name in the same folder and renamed, so a reader sees a
-whole file or none.
+whole file or none. Results and their folders are the staff's (FILE_MODE, FOLDER_MODE, the
+root's group); so are the grading jobs' logs.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,9 @@ from grader.results.gradescope import document_text, provenance_of, read_documen
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
 RESERVED = frozenset({"queue", "inbox", "logs"})  # the store's own folders, never a student
+# Results are the staff's: a student reads their own feedback through their repository only.
+# Folders 0750 and results 0640, in the group of the store's root (make it the staff's group).
+FILE_MODE, FOLDER_MODE = 0o640, 0o750
 
 
 class StoreError(ValueError):
@@ -73,15 +78,35 @@ class ResultsStore:
         """Store a results document under its provenance (student, practical, commit)."""
         path = self.path_for(provenance["student"], provenance["practical"], provenance["commit"])
         document = with_provenance(document, provenance)
-        write_atomically(path, document_text(document))
+        self.staff_folder(path.parent)
+        write_atomically(path, document_text(document), mode=FILE_MODE)
+        self._staff_group(path)
         return path
+
+    def staff_folder(self, folder: Path) -> None:
+        """Make `folder` (inside the store) and the folders above it, up to the root, the
+        staff's: mode 0750 and the root's group."""
+        parts = folder.relative_to(self.root).parts
+        for depth in range(1, len(parts) + 1):
+            current = self.root.joinpath(*parts[:depth])
+            current.mkdir(parents=True, exist_ok=True)
+            os.chmod(current, FOLDER_MODE)
+            self._staff_group(current)
+
+    def _staff_group(self, path: Path) -> None:
+        """Give `path` the group of the store's root: the course staff's, set by the admin
+        (no change where the grader is not in that group)."""
+        try:
+            os.chown(path, -1, self.root.stat().st_gid, follow_symlinks=False)
+        except PermissionError:
+            pass
 
     def retire(self, student: str, practical: str, commit: str) -> Path:
         """Move the stored result of a commit into its history (<student>/<practical>/history/
         <commit>.<n>.json, n counting up), so that it can be graded again; returns where it went."""
         path = self.path_for(student, practical, commit)
         history = path.parent / "history"
-        history.mkdir(exist_ok=True)
+        self.staff_folder(history)
         number = 1 + max((int(old.suffixes[-2].lstrip(".")) for old in history.glob(f"{path.stem}.*.json") if old.suffixes[-2].lstrip(".").isdigit()), default=0)
         target = history / f"{path.stem}.{number}.json"
         path.rename(target)

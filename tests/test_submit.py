@@ -374,3 +374,33 @@ def test_the_workflow_validation_rejects_a_broken_workflow(tmp_path: Path) -> No
     broken.write_text("on: push\njobs:\n  grade:\n    runs-on: ubuntu-latest\n    stepz:\n      - run: echo hi\n")
     done = validate_workflows(broken)
     assert done.returncode == 1 and "Schema validation errors were encountered" in done.stdout, done.stdout
+
+
+def test_results_are_the_staffs_and_another_user_cannot_read_them() -> None:
+    """Mode 0640 in folders of 0750, in the store root's group: a student's uid reads nothing."""
+    import os
+    import shutil
+    import stat
+    import subprocess
+    import tempfile
+
+    from grader.results.gradescope import to_gradescope
+    from grader.results.model import GradingReport
+
+    outer = Path(tempfile.mkdtemp(dir="/var/tmp"))  # a place any user can reach, unlike pytest's
+    try:
+        root = outer / "results"
+        root.mkdir()
+        os.chmod(outer, 0o755)
+        os.chmod(root, 0o755)  # the admin's mistake: the root itself open to all
+        store = ResultsStore(root)
+        path = store.save(to_gradescope(GradingReport.failure("p6", "x")), {"student": "alice", "practical": "p6", "commit": "a" * 40})
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640 and path.stat().st_gid == root.stat().st_gid
+        assert {stat.S_IMODE(folder.stat().st_mode) for folder in (path.parent, path.parent.parent)} == {0o750}
+        if os.geteuid() == 0:  # as another user, the way a second student would try
+            as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+            assert subprocess.run([*as_nobody, "ls", str(root)], capture_output=True).returncode == 0  # it can get this far
+            done = subprocess.run([*as_nobody, "cat", str(path)], capture_output=True, text=True)
+            assert done.returncode != 0 and "Permission denied" in done.stderr
+    finally:
+        shutil.rmtree(outer)
