@@ -18,8 +18,8 @@ from typing import Protocol
 
 from grader.submit.queue import Submission
 
-LOG_MODE = 0o640  # a grading job's log is the staff's (it holds the whole feedback)
-STAFF_UMASK = 0o027  # what a job creates: no access for others
+LOG_MODE = 0o640  # a grading job's log is the staff's (it holds the whole feedback); not a umask:
+# the job itself must make files the sandbox's uid can read
 
 
 class JobState(str, Enum):
@@ -73,7 +73,7 @@ class LocalBackend:
     def dispatch(self, submission: Submission, command: list[str], log: Path) -> str:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, LOG_MODE), "ab") as handle:
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, umask=STAFF_UMASK)
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         return f"local-{process.pid}"
 
     def state(self, job: str) -> JobState:
@@ -113,7 +113,7 @@ class SlurmBackend:
 
     def _run(self, command: list[str]) -> subprocess.CompletedProcess:
         try:
-            return subprocess.run(command, capture_output=True, text=True, timeout=self.timeout_s, env=self.env, umask=STAFF_UMASK)  # sbatch hands its umask to the job: its log is the staff's
+            return subprocess.run(command, capture_output=True, text=True, timeout=self.timeout_s, env=self.env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BackendDown(f"{command[0]}: {exc}") from None
 

@@ -46,6 +46,7 @@ def _start(queue: Queue, submission: Submission, course: Course, backend: Backen
     if not submission.options.get("time_min"):
         submission.options["time_min"] = job_minutes(course, submission.practical)
     log = queue.store.root / "logs" / f"{submission.key}.log"
+    queue.store.staff_folder(log.parent)
     try:
         # a backend with slots has no scheduler to start the next job: the job itself does
         command = work_command(course.root, queue.store.root, submission.key, then_dispatch=backend.name if backend.slots is not None else None)

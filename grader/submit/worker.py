@@ -25,6 +25,7 @@ from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport
 from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, remove_tree
 from grader.store import ResultsStore
+from grader.submit.backends import LOG_MODE
 from grader.submit.feedback import publish
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
@@ -189,6 +190,9 @@ def store_failure(store: ResultsStore, submission: Submission, course: Course, m
 def work(store: ResultsStore, course: Course, key: str) -> str:
     """Grade the queued submission `key`; return what happened, in a few words."""
     queue = Queue(store)
+    log = store.root / "logs" / f"{key}.log"
+    if log.is_file() and not log.is_symlink():
+        os.chmod(log, LOG_MODE)  # made by the scheduler (sbatch --output) with its own mode: the staff's only
     submission = queue.load(key)
     if store.has(submission.student, submission.practical, submission.commit):
         queue.remove(key)
