@@ -9,6 +9,7 @@ Layout (under the store's root):
     queue/<student>--<practical>--<commit>.json   submissions waiting to be graded (or retried)
     inbox/<student>--<practical>--<commit>/       the files of a `grader submit` until graded
     logs/<student>--<practical>--<commit>.log     the grading job's output (and .sbatch script)
+    repositories/<student>.json                   a student's repository (`hook install`), for reconciliation
 
 provenance: student, practical, commit, submitted_at (ISO 8601), graded_at, grader version,
 spec digest (sha256 of the assignment.yaml it was graded by), template version (the released
@@ -29,7 +30,7 @@ from grader.files import write_atomically
 from grader.results.gradescope import document_text, provenance_of, read_document, with_provenance
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
-RESERVED = frozenset({"queue", "inbox", "logs"})  # the store's own folders, never a student
+RESERVED = frozenset({"queue", "inbox", "logs", "repositories"})  # the store's own folders, never a student
 # Results are the staff's: a student reads their own feedback through their repository only.
 # Folders 0750 and results 0640, in the group of the store's root (make it the staff's group).
 FILE_MODE, FOLDER_MODE = 0o640, 0o750

@@ -404,3 +404,45 @@ def test_results_are_the_staffs_and_another_user_cannot_read_them() -> None:
             assert done.returncode != 0 and "Permission denied" in done.stderr
     finally:
         shutil.rmtree(outer)
+
+
+def test_a_push_the_hook_never_recorded_is_queued_by_the_next_dispatch_once(pushed, store: ResultsStore, tmp_path: Path) -> None:
+    from grader.submit.reconcile import register
+
+    repo, first, second = pushed
+    register(store, "alice", repo, "fake", {"gpus": 1})
+    backend = FakeBackend()
+    dispatch(store, COURSE, backend)  # the hook never ran (a store it could not write, say)
+    (record,) = Queue(store).pending()
+    assert (record.student, record.practical, record.commit, record.source["repo"]) == ("alice", "p6", second, str(repo.resolve()))
+    assert "found by reconciliation" in " ".join(record.history)
+    dispatch(store, COURSE, backend)
+    assert len(Queue(store).pending()) == 1 and len(backend.jobs) == 1  # queued and started once
+    store.save(graded_document(12), provenance_of(commit=second))
+    Queue(store).remove(record.key)
+    clone = tmp_path / "clone"
+    branch = git("rev-parse", "--abbrev-ref", "HEAD", cwd=clone)
+    (clone / "notes.txt").write_text("only notes changed\n")
+    git("add", "-A", cwd=clone)
+    git("commit", "-qm", "three", cwd=clone)
+    git("push", "-q", str(repo), f"HEAD:refs/heads/{branch}", cwd=clone)
+    dispatch(store, COURSE, backend)
+    assert Queue(store).pending() == []  # the same files of p6 were graded already: not again
+    (clone / "assignments" / "p6" / "p6_ddp.py").write_text("print('v3')\n")
+    git("commit", "-qam", "four", cwd=clone)
+    git("push", "-q", str(repo), f"HEAD:refs/heads/{branch}", cwd=clone)
+    dispatch(store, COURSE, backend)
+    assert [s.commit for s in Queue(store).pending()] == [git("rev-parse", "HEAD", cwd=clone)]
+    git("push", "-q", str(repo), f"{first}:refs/heads/{branch}", "--force", cwd=clone)  # back to the starter
+    Queue(store).remove(Queue(store).pending()[0].key)
+    dispatch(store, COURSE, backend)
+    assert Queue(store).pending() == []  # the untouched starter is not a submission
+
+
+def test_installing_the_hook_refuses_a_store_that_cannot_record_the_repository(pushed, tmp_path: Path) -> None:
+    repo, _, _ = pushed
+    not_a_folder = tmp_path / "results-file"
+    not_a_folder.write_text("")
+    with pytest.raises(ValueError, match="cannot record the repository"):
+        hook.install(repo, not_a_folder, "local", {}, ROOT)
+    assert not (repo / "hooks" / "post-receive").exists()

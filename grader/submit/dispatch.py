@@ -23,6 +23,7 @@ from grader.results.model import CheckResult, GradingReport, Status
 from grader.store import ResultsStore
 from grader.submit.backends import Backend, BackendDown, JobState, work_command
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
+from grader.submit.reconcile import reconcile
 from grader.submit.worker import provenance, store_failure
 
 
@@ -122,7 +123,9 @@ def _settle(queue: Queue, key: str, course: Course, backend: Backend) -> str:
 
 
 def dispatch(store: ResultsStore, course: Course, backend: Backend) -> dict[str, str]:
-    """One pass over the queue: key -> what happened to it."""
+    """One pass: reconciliation (grader/submit/reconcile.py), then the queue: key -> what
+    happened to it."""
+    reconcile(store, course)
     queue = Queue(store)
     return {submission.key: settle(queue, submission, course, backend) for submission in queue.pending()}
 

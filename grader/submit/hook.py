@@ -1,7 +1,9 @@
 """Submissions by `git push`: a post-receive hook in each student's bare repository.
 
-On every push to the default branch, each practical whose folder (assignments/<id>/)
-changed is queued for the pushed commit — that record is made first, in the store on this
+Installing the hook registers the repository in the store (grader/submit/reconcile.py: every
+dispatch then queues whatever version of a practical has neither a result nor a record, so a
+push the hook could not record is still graded). On every push to the default branch, each
+practical whose folder (assignments/<id>/) changed is queued for the pushed commit — that record is made first, in the store on this
 machine, so the push is never lost. The hook then starts a detached dispatcher (its output
 goes to the store's logs/dispatch.log, never to git's pipe, so it cannot hold the push
 open), waits a few seconds to tell the student what became of each submission
@@ -25,6 +27,7 @@ from grader.store import ResultsStore, safe_name
 from grader.submit.dispatch import WAITING_FOR_SLOT
 from grader.submit.feedback import read_command
 from grader.submit.queue import Queue, Submission
+from grader.submit.reconcile import register
 from grader.submit.worker import git_free_environment
 
 ZERO = "0" * 40
@@ -45,6 +48,10 @@ def install(repo: Path, results_dir: Path, backend: str, options: dict, course_r
     if not (repo / "HEAD").is_file() or not (repo / "objects").is_dir():
         raise ValueError(f"{repo} is not a bare git repository")
     student = safe_name(student or repo.name.removesuffix(".git"), "student")
+    try:  # first: a store that cannot take the record would leave pushes that nothing grades
+        register(ResultsStore(results_dir), student, repo, backend, options)
+    except OSError as exc:
+        raise ValueError(f"the results store {results_dir} cannot record the repository: {exc.strerror or exc}") from None
     exports = "".join(f"export {name}={shlex.quote(os.environ[name])}\n" for name in KEPT_ENVIRONMENT if os.environ.get(name))
     command = [sys.executable, "-m", "grader", "--course-root", str(Path(course_root).resolve()), "hook", "receive", "--repo", str(repo.resolve()), "--results-dir", str(results_dir.resolve()), "--backend", backend, *job_arguments(options), "--student", student]
     hook = repo / "hooks" / "post-receive"

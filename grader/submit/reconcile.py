@@ -1,0 +1,74 @@
+"""Reconciliation: nothing pushed is left ungraded, whatever happened to the hook.
+
+`hook install` registers each student's repository in the store (repositories/<student>.json).
+Every dispatch (the hook's, `grader dispatch`, a cron line) first looks at each registered
+repository's main branch: for each practical whose folder there differs from the repository's
+first commit (the starter template is not a submission), that version must have a result or a
+queue record, made from a commit whose folder holds the same files (git's tree of
+assignments/<id>/ is compared, so a later commit that touched only other files is not graded
+again). What has neither is queued, so a push whose record could not be written (a full disk,
+a store that was not writable, a hook that crashed) is graded by the next dispatch.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from grader.course import Course
+from grader.files import write_atomically
+from grader.store import ResultsStore, safe_name
+from grader.submit.queue import Queue, Submission
+
+REGISTRY = "repositories"
+BRANCHES = ("refs/heads/main", "refs/heads/master")
+
+
+def register(store: ResultsStore, student: str, repo: Path, backend: str, options: dict) -> Path:
+    """Record a student's repository for reconciliation; returns the record's path."""
+    path = store.root / REGISTRY / f"{safe_name(student, 'student')}.json"
+    store.staff_folder(path.parent)
+    write_atomically(path, json.dumps({"student": student, "repo": str(Path(repo).resolve()), "backend": backend, "options": options}, indent=2) + "\n", mode=0o640)
+    return path
+
+
+def _git(repo: str, *args: str) -> str | None:
+    env = {"PATH": "/usr/bin:/bin"}
+    done = subprocess.run(["git", "--git-dir", repo, *args], capture_output=True, text=True, env=env, timeout=60)
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+
+def _folder_tree(repo: str, commit: str, practical: str) -> str | None:
+    return _git(repo, "rev-parse", "--verify", "-q", f"{commit}:assignments/{practical}")
+
+
+def reconcile(store: ResultsStore, course: Course) -> list[str]:
+    """Queue every registered repository's current version of each practical that has neither
+    a result nor a queue record; what was queued, one line each."""
+    queue, found = Queue(store), []
+    folder = store.root / REGISTRY
+    for record in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            entry = json.loads(record.read_text(encoding="utf-8"))
+            student, repo = safe_name(entry["student"], "student"), str(entry["repo"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        head = next((commit for commit in (_git(repo, "rev-parse", "--verify", "-q", branch) for branch in BRANCHES) if commit), None)
+        if head is None:
+            continue
+        roots = (_git(repo, "rev-list", "--max-parents=0", head) or "").split()
+        graded = {(e.practical, e.commit) for e in store.entries() if e.student == student}
+        waiting = {(s.practical, s.commit) for s in queue.pending() if s.student == student}
+        for practical in course.practicals:
+            tree = _folder_tree(repo, head, practical)
+            if tree is None or any(_folder_tree(repo, root, practical) == tree for root in roots):
+                continue  # absent, or as the repository began: the starter template, nothing to grade
+            known = {commit for p, commit in graded | waiting if p == practical}
+            if any(_folder_tree(repo, commit, practical) == tree for commit in known):
+                continue
+            submission = Submission(student=student, practical=practical, commit=head, source={"kind": "git", "repo": repo}, backend=str(entry.get("backend", "local")), options=dict(entry.get("options") or {}))
+            if queue.add(submission) == "queued":
+                submission.note("found by reconciliation (no record of this version)")
+                queue.save(submission)
+                found.append(f"{student} {practical} @{head[:7]}: queued by reconciliation")
+    return found
