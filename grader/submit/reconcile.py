@@ -42,12 +42,26 @@ def _folder_tree(repo: str, commit: str, practical: str) -> str | None:
     return _git(repo, "rev-parse", "--verify", "-q", f"{commit}:assignments/{practical}")
 
 
+def _accounted(store: ResultsStore, queue: Queue) -> dict[tuple[str, str], set[str]]:
+    """(student, practical) -> the commits with a result or a queue record (read once a pass)."""
+    known: dict[tuple[str, str], set[str]] = {}
+    for entry in store.entries():
+        known.setdefault((entry.student, entry.practical), set()).add(entry.commit)
+    for submission in queue.pending():
+        known.setdefault((submission.student, submission.practical), set()).add(submission.commit)
+    return known
+
+
 def reconcile(store: ResultsStore, course: Course) -> list[str]:
     """Queue every registered repository's current version of each practical that has neither
     a result nor a queue record; what was queued, one line each."""
     queue, found = Queue(store), []
     folder = store.root / REGISTRY
-    for record in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    records = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not records:
+        return found
+    known = _accounted(store, queue)
+    for record in records:
         try:
             entry = json.loads(record.read_text(encoding="utf-8"))
             student, repo = safe_name(entry["student"], "student"), str(entry["repo"])
@@ -57,14 +71,11 @@ def reconcile(store: ResultsStore, course: Course) -> list[str]:
         if head is None:
             continue
         roots = (_git(repo, "rev-list", "--max-parents=0", head) or "").split()
-        graded = {(e.practical, e.commit) for e in store.entries() if e.student == student}
-        waiting = {(s.practical, s.commit) for s in queue.pending() if s.student == student}
         for practical in course.practicals:
             tree = _folder_tree(repo, head, practical)
             if tree is None or any(_folder_tree(repo, root, practical) == tree for root in roots):
                 continue  # absent, or as the repository began: the starter template, nothing to grade
-            known = {commit for p, commit in graded | waiting if p == practical}
-            if any(_folder_tree(repo, commit, practical) == tree for commit in known):
+            if any(_folder_tree(repo, commit, practical) == tree for commit in known.get((student, practical), ())):
                 continue
             submission = Submission(student=student, practical=practical, commit=head, source={"kind": "git", "repo": repo}, backend=str(entry.get("backend", "local")), options=dict(entry.get("options") or {}))
             if queue.add(submission) == "queued":
