@@ -179,12 +179,14 @@ def fidelity(course_root: Path | None) -> Finding:
 
 def examine(course_root: Path | None) -> list[Finding]:
     """Every finding, in order; each check is tried even when one before it failed."""
-    checks: list[Callable[[], Finding]] = [driver, nvml, cuda, nccl, sandbox, cgroups, lambda: fidelity(course_root)]
+    checks: list[tuple[str, Callable[[], Finding]]] = [
+        ("driver", driver), ("NVML", nvml), ("CUDA", cuda), ("NCCL", nccl), ("sandbox", sandbox), ("cgroups", cgroups), ("fidelity", lambda: fidelity(course_root)),
+    ]
     findings = []
-    for check in checks:
+    for name, check in checks:
         try:
             findings.append(check())
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
-            findings.append(Finding(getattr(check, "__name__", "check"), PROBLEM, f"{type(exc).__name__}: {exc}", "report this: the doctor itself failed here"))
+            findings.append(Finding(name, PROBLEM, f"{type(exc).__name__}: {exc}", "report this: the doctor itself failed here"))
     return findings
 

@@ -71,8 +71,9 @@ def rank_setup(ctx: CheckContext) -> Verdict:
         if run.spec.witness is not None and not run.witness_stage and not failures.explain(run):
             world = run.layout.world_size
             return False, f"your ranks' records say they started a process group of {world}; the grader's witness (rank {world - 1}) found none to join"
-        if any(not r.of_kind(Globals) for r in run.ranks) and failures.explain(run):
-            return False, failures.explain(run) or ""  # a rank that stopped before its variables could be read
+        stopped = failures.explain(run)
+        if stopped and any(not r.of_kind(Globals) for r in run.ranks):
+            return False, stopped  # a rank that stopped before its variables could be read
         problems = []
         for rank in run.ranks:
             expected = {"rank": rank.rank, "local_rank": rank.local_rank, "world_size": run.layout.world_size}
