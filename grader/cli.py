@@ -13,7 +13,7 @@
     python -m grader new ID --title T             a new practical from templates/practical/
     python -m grader gradescope P --out Z         an autograder zip for Gradescope
     python -m grader calibrate PRACTICAL          baselines of the reference solution on this machine
-    python -m grader collect RESULTS_DIR --csv F  grades out (latest submission before a deadline)
+    python -m grader collect RESULTS_DIR --csv F  grades out, by course.yaml's deadlines and late policy
     python -m grader submit P DIR --results-dir R a grading job (Slurm or local); --wait for the result
     python -m grader dispatch --results-dir R     start, watch and retry the queued gradings
     python -m grader hook install REPO ...        grade every git push to a bare repository
@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence, TextIO
 
@@ -44,8 +45,9 @@ from grader.assign.markers import MarkerError
 from grader.assign.scaffold import ScaffoldError, new_practical
 from grader.assign.release import differences, release_practical, write
 from grader.course import Course, CourseError, Practical, check_source_spec, find_course_root, load_course, load_practical, unknown_practical
-from grader.collect import collect, parse_time, write_answers, write_grades
+from grader.collect import collect, write_answers, write_grades
 from grader.doctor import PROBLEM, examine
+from grader.policy import parse_time
 from grader.grade.pipeline import GradeOptions
 from grader.results.classroom import classroom_encoded
 from grader.results.escape import terminal_line
@@ -146,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     col.add_argument("results_dir", type=Path, help="the results store (a shared folder)")
     col.add_argument("--csv", type=Path, required=True, help="where to write the grades")
     col.add_argument("--answers", type=Path, help="where to write the free-text answers (default: next to --csv)")
-    col.add_argument("--deadline", help="ISO 8601 time; later submissions are flagged (UTC without a zone)")
+    col.add_argument("--deadline", help="ISO 8601 time (UTC without a zone): one deadline for every practical, instead of course.yaml's deadlines and extensions")
 
     def backend_options(sub: argparse.ArgumentParser, job_options: bool = True) -> None:
         sub.add_argument("--results-dir", type=Path, required=True, help="the results store (a shared folder)")
@@ -419,15 +421,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
+    policy = _course(args).policy
     try:
-        deadline = parse_time(args.deadline) if args.deadline else None
+        policy = replace(policy, every=parse_time(args.deadline)) if args.deadline else policy
     except ValueError:
         print(f"error: --deadline {args.deadline!r} is not an ISO 8601 time (e.g. 2026-12-01T23:59:00+02:00)", file=sys.stderr)
         return 2
     if not args.results_dir.is_dir():
         print(f"error: {args.results_dir} is not a folder", file=sys.stderr)
         return 1
-    table = collect(ResultsStore(args.results_dir), deadline)
+    table = collect(ResultsStore(args.results_dir), policy)
     answers = args.answers or args.csv.with_name(args.csv.stem + ".answers.csv")
     write_grades(table, args.csv)
     write_answers(table, answers)

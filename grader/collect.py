@@ -1,11 +1,14 @@
 """`python -m grader collect RESULTS_DIR --csv grades.csv [--deadline ISO]`: grades out.
 
-For every student and practical, the latest submission made before the deadline counts (when
-there is none before it, the latest one, flagged late); a later submission is flagged too.
-One CSV row per student: per practical the commit, the total, each check's score and the late
-flag, then the overall total. Free-text answers go to a second CSV (student, practical,
-question, answer) for the people who grade them. Every cell is made visible and guarded
-against being read as a spreadsheet formula (grader.results.escape.spreadsheet_cell).
+The course's policy (course.yaml: deadlines per practical, extensions per student, a late
+penalty and cut-off; grader/policy.py) decides which submission counts and what it scores: the
+latest one made by the student's deadline, unless a later one scores more after its penalty
+(`--deadline` sets one deadline for every practical instead). One CSV row per student: per
+practical the commit, the score, the maximum, each check's score, how late it was, the
+policy's effect and the final score; then the overall final total and maximum. Free-text
+answers go to a second CSV (student, practical, question, answer) for the people who grade
+them. Every cell is made visible and guarded against being read as a spreadsheet formula
+(grader.results.escape.spreadsheet_cell).
 """
 from __future__ import annotations
 
@@ -15,44 +18,65 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from grader.policy import CoursePolicy, Lateness, parse_time
 from grader.results.escape import spreadsheet_cell
-from grader.results.gradescope import read_scores
+from grader.results.gradescope import Scores, read_scores
 from grader.store import Entry, ResultsStore
+
+EPOCH = "1970-01-01T00:00:00+00:00"
 
 
 @dataclass(frozen=True)
 class Chosen:
+    """The submission that counts, and what the policy made of it."""
+
     entry: Entry
-    late: bool  # the counted submission came after the deadline
+    lateness: Lateness
     later: int  # submissions after the deadline that did not count
 
+    @property
+    def late(self) -> bool:
+        return self.lateness.late
 
-def parse_time(text: str) -> datetime.datetime:
-    """An ISO 8601 time; without a zone it is taken as UTC."""
-    moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
+    @property
+    def scores(self) -> Scores:
+        return read_scores(self.entry.document)
+
+    @property
+    def final(self) -> float:
+        return self.lateness.final(self.scores.total)
 
 
-def choose(entries: list[Entry], deadline: datetime.datetime | None) -> Chosen:
+def submitted_at(entry: Entry) -> datetime.datetime:
+    """When the entry was submitted (the epoch when its provenance does not say, or says nonsense)."""
+    try:
+        return parse_time(entry.provenance.get("submitted_at", EPOCH))
+    except ValueError:
+        return parse_time(EPOCH)
+
+
+def choose(entries: list[Entry], policy: CoursePolicy = CoursePolicy()) -> Chosen:
     """The submission that counts among one student's submissions of one practical."""
-    timed = sorted(entries, key=lambda e: parse_time(e.provenance.get("submitted_at", "1970-01-01T00:00:00")))
-    if deadline is None:
-        return Chosen(timed[-1], late=False, later=0)
-    on_time = [e for e in timed if parse_time(e.provenance.get("submitted_at", "1970-01-01T00:00:00")) <= deadline]
-    later = len(timed) - len(on_time)
-    if on_time:
-        return Chosen(on_time[-1], late=False, later=later)
-    return Chosen(timed[-1], late=True, later=later - 1)
+    timed = sorted(entries, key=submitted_at)
+    student, practical = timed[0].student, timed[0].practical
+    judged = [(entry, policy.judge(student, practical, submitted_at(entry))) for entry in timed]
+    on_time = [pair for pair in judged if not pair[1].late]
+    late = [pair for pair in judged if pair[1].late]
+    candidates = on_time[-1:] + late
+    # the highest final score; on a tie the on-time one, then the latest
+    best = max(enumerate(candidates), key=lambda item: (item[1][1].final(read_scores(item[1][0].document).total), not item[1][1].late, item[0]))[1]
+    later = sum(1 for pair in late if pair is not best)
+    return Chosen(best[0], best[1], later)
 
 
-def collect(store: ResultsStore, deadline: datetime.datetime | None = None) -> dict[str, dict[str, Chosen]]:
+def collect(store: ResultsStore, policy: CoursePolicy = CoursePolicy()) -> dict[str, dict[str, Chosen]]:
     """student -> practical -> the submission that counts."""
     grouped: dict[tuple[str, str], list[Entry]] = {}
     for entry in store.entries():
         grouped.setdefault((entry.student, entry.practical), []).append(entry)
     table: dict[str, dict[str, Chosen]] = {}
     for (student, practical), entries in sorted(grouped.items()):
-        table.setdefault(student, {})[practical] = choose(entries, deadline)
+        table.setdefault(student, {})[practical] = choose(entries, policy)
     return table
 
 
@@ -61,14 +85,30 @@ def _row(cells: Iterable[object]) -> list[str]:
     return [spreadsheet_cell(cell) for cell in cells]
 
 
+def practical_order(table: dict[str, dict[str, Chosen]]) -> list[str]:
+    """The practicals in the table, in course order (p4 before p10)."""
+    return sorted({p for row in table.values() for p in row}, key=lambda p: (len(p), p))
+
+
+def maxima(table: dict[str, dict[str, Chosen]]) -> dict[str, float]:
+    """practical -> its maximum score (the largest any counted result states)."""
+    found: dict[str, float] = {}
+    for row in table.values():
+        for practical, chosen in row.items():
+            found[practical] = max(found.get(practical, 0.0), chosen.scores.max_score or 0.0)
+    return found
+
+
 def write_grades(table: dict[str, dict[str, Chosen]], path: Path) -> None:
-    """One row per student: per practical commit, total, checks, late; then the total."""
-    practicals = sorted({p for row in table.values() for p in row}, key=lambda p: (len(p), p))
-    checks = {p: sorted({c for row in table.values() if p in row for c in read_scores(row[p].entry.document).checks}) for p in practicals}
+    """One row per student: per practical commit, score, max, checks, lateness, policy, final;
+    then the final total and its maximum."""
+    practicals = practical_order(table)
+    checks = {p: sorted({c for row in table.values() if p in row for c in row[p].scores.checks}) for p in practicals}
+    top = maxima(table)
     header = ["student"]
     for p in practicals:
-        header += [f"{p}.commit", f"{p}.total", *(f"{p}.{c}" for c in checks[p]), f"{p}.late", f"{p}.later_submissions"]
-    header.append("total")
+        header += [f"{p}.commit", f"{p}.score", f"{p}.max", *(f"{p}.{c}" for c in checks[p]), f"{p}.late", f"{p}.days_late", f"{p}.policy", f"{p}.total", f"{p}.later_submissions"]
+    header += ["total", "max"]
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(_row(header))
@@ -78,12 +118,15 @@ def write_grades(table: dict[str, dict[str, Chosen]], path: Path) -> None:
             for p in practicals:
                 chosen = row.get(p)
                 if chosen is None:
-                    line += ["", "", *([""] * len(checks[p])), "", ""]
+                    line += ["", "", f"{top[p]:g}", *([""] * len(checks[p])), "", "", "not submitted", "0", ""]
                     continue
-                scores = read_scores(chosen.entry.document)
-                overall += scores.total
-                line += [chosen.entry.commit, f"{scores.total:g}", *(f"{scores.checks.get(c, 0):g}" for c in checks[p]), "yes" if chosen.late else "no", chosen.later]
-            line.append(f"{overall:g}")
+                scores = chosen.scores
+                overall += chosen.final
+                line += [
+                    chosen.entry.commit, f"{scores.total:g}", f"{top[p]:g}", *(f"{scores.checks.get(c, 0):g}" for c in checks[p]),
+                    "yes" if chosen.late else "no", chosen.lateness.days_late, chosen.lateness.effect, f"{chosen.final:g}", chosen.later,
+                ]
+            line += [f"{overall:g}", f"{sum(top.values()):g}"]
             writer.writerow(_row(line))
 
 

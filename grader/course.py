@@ -21,6 +21,7 @@ from typing import Mapping
 
 import yaml
 
+from grader.policy import CoursePolicy, PolicyError, load_policy
 from grader.spec import Assignment, load_assignment
 
 COURSE_FILE = "course.yaml"
@@ -36,6 +37,7 @@ class Course:
     root: Path
     title: str
     practicals: tuple[str, ...]
+    policy: CoursePolicy = CoursePolicy()  # deadlines, extensions, late policy (grader/policy.py)
 
     def spec_path(self, practical: str) -> Path:
         return self.root / "assignments" / practical / "assignment.yaml"
@@ -94,7 +96,11 @@ def load_course(root: Path) -> Course:
     for practical in practicals:
         if not _PRACTICAL_ID.match(practical):
             raise CourseError(f"{path}: practicals: expected ids like p6, found {practical!r}")
-    return Course(root=root, title=str(data.get("course", "")), practicals=practicals)
+    try:
+        policy = load_policy(data, practicals)
+    except PolicyError as exc:
+        raise CourseError(f"{path}: {exc}") from None
+    return Course(root=root, title=str(data.get("course", "")), practicals=practicals, policy=policy)
 
 
 def _practical_module(course: Course, practical: str) -> ModuleType:

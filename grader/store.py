@@ -10,6 +10,7 @@ Layout (under the store's root):
     inbox/<student>--<practical>--<commit>/       the files of a `grader submit` until graded
     logs/<student>--<practical>--<commit>.log     the grading job's output (and .sbatch script)
     repositories/<student>.json                   a student's repository (`hook install`), for reconciliation
+    feedback/<student>--<practical>--<commit>     the feedback shown after the deadline was delivered
 
 provenance: student, practical, commit, submitted_at (ISO 8601), graded_at, grader version,
 spec digest (sha256 of the assignment.yaml it was graded by), template version (the released
@@ -30,7 +31,7 @@ from grader.files import write_atomically
 from grader.results.gradescope import document_text, provenance_of, read_document, with_provenance
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
-RESERVED = frozenset({"queue", "inbox", "logs", "repositories"})  # the store's own folders, never a student
+RESERVED = frozenset({"queue", "inbox", "logs", "repositories", "feedback"})  # the store's own folders, never a student
 # Results are the staff's: a student reads their own feedback through their repository only.
 # Folders 0750 and results 0640, in the group of the store's root (make it the staff's group).
 FILE_MODE, FOLDER_MODE = 0o640, 0o750
@@ -118,13 +119,23 @@ class ResultsStore:
         path = self.path_for(student, practical, commit)
         return sorted((path.parent / "history").glob(f"{path.stem}.*.json"), key=lambda old: int(old.suffixes[-2].lstrip(".")))
 
+    def graded(self) -> Iterator[tuple[str, str, str]]:
+        """(student, practical, commit) of every stored result, without reading them."""
+        for path in sorted(self.root.glob("*/*/*.json")):
+            if path.parent.parent.name not in RESERVED:
+                yield path.parent.parent.name, path.parent.name, path.stem
+
+    def entry(self, student: str, practical: str, commit: str) -> Entry | None:
+        """The stored grading of a commit (None when it cannot be read)."""
+        document = read_document(self.path_for(student, practical, commit))
+        return None if document is None else Entry(student=student, practical=practical, commit=commit, document=document)
+
     def entries(self) -> Iterator[Entry]:
         """Every stored grading (files that cannot be read are passed over)."""
-        for path in sorted(self.root.glob("*/*/*.json")):
-            student, practical = path.parent.parent.name, path.parent.name
-            if student in RESERVED:
+        for student, practical, commit in self.graded():
+            try:
+                found = self.entry(student, practical, commit)
+            except StoreError:
                 continue
-            document = read_document(path)
-            if document is None:
-                continue
-            yield Entry(student=student, practical=practical, commit=path.stem, document=document)
+            if found is not None:
+                yield found

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.collect import parse_time
+from grader.policy import parse_time
 from grader.results.gradescope import to_gradescope
 from grader.results.model import CheckResult, GradingReport, Status
 from grader.store import ResultsStore, StoreError
@@ -45,7 +45,7 @@ def test_collect_takes_the_latest_submission_before_the_deadline(tmp_path: Path)
     store = ResultsStore(tmp_path / "results")
     submit(store, "alice", "a1", "2026-12-01T10:00:00+00:00", {"rank_setup": 0, "grad_sync": 0})
     submit(store, "alice", "a2", "2026-12-01T20:00:00+00:00", {"rank_setup": 2, "grad_sync": 0}, "because of the all-reduce")
-    submit(store, "alice", "a3", "2026-12-03T09:00:00+00:00", {"rank_setup": 2, "grad_sync": 2})
+    submit(store, "alice", "a3", "2026-12-03T09:00:00+00:00", {"rank_setup": 0, "grad_sync": 2})  # late, and no better
     submit(store, "bob", "b1", "2026-12-04T09:00:00Z", {"rank_setup": 2, "grad_sync": 2})
     grades, answers = tmp_path / "grades.csv", tmp_path / "answers.csv"
     done = run_cli("collect", str(store.root), "--csv", str(grades), "--answers", str(answers), "--deadline", "2026-12-02T23:59:00+00:00")
@@ -53,8 +53,9 @@ def test_collect_takes_the_latest_submission_before_the_deadline(tmp_path: Path)
     assert "2 students" in done.stdout and "1 late" in done.stdout
     rows = list(csv.DictReader(grades.open()))
     alice, bob = rows
-    assert (alice["student"], alice["p6.commit"], alice["p6.total"], alice["p6.rank_setup"], alice["p6.grad_sync"], alice["p6.late"], alice["p6.later_submissions"]) == ("alice", "a2", "2", "2", "0", "no", "1")
-    assert (bob["p6.commit"], bob["p6.late"], bob["total"]) == ("b1", "yes", "4")
+    assert (alice["student"], alice["p6.commit"], alice["p6.score"], alice["p6.max"], alice["p6.rank_setup"], alice["p6.grad_sync"], alice["p6.late"], alice["p6.later_submissions"]) == ("alice", "a2", "2", "4", "2", "0", "no", "1")
+    # no late policy in the course: a late submission is flagged and keeps its points
+    assert (bob["p6.commit"], bob["p6.late"], bob["p6.days_late"], bob["p6.policy"], bob["total"], bob["max"]) == ("b1", "yes", "2", "2 day(s) late: no penalty", "4", "4")
     assert list(csv.reader(answers.open()))[1] == ["alice", "p6", "a2", "questions.why", "because of the all-reduce"]
 
 

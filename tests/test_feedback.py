@@ -3,10 +3,15 @@ feedback branch with git's plumbing, read back from a clone."""
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
+from grader.policy import load_policy, parse_time
+from grader.results.gradescope import read_report, to_gradescope
 from grader.results.model import CheckResult, GradingReport, Status
-from grader.submit.feedback import publish, student_view
+from grader.results.render import markdown
+from grader.store import ResultsStore
+from grader.submit.feedback import lateness_note, publish, reveal_after_deadlines, student_view
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -45,3 +50,31 @@ def test_each_grading_lands_on_the_feedback_branch_and_the_history_is_kept(tmp_p
     assert "p4.md" in git("ls-tree", "--name-only", "origin/feedback", cwd=clone)
     assert git("rev-parse", f"{second}^", cwd=clone) == first  # a history, not a rewrite
     assert "hidden said" not in latest and "params said" not in latest and "node-7" not in latest
+
+
+def test_a_stored_result_reads_back_as_the_report_the_student_is_shown() -> None:
+    back = read_report(to_gradescope(report(0.0)))
+    assert [(c.id, c.score, c.max_score, c.status, c.visibility) for c in back.checks] == [(c.id, c.score, c.max_score, c.status, c.visibility) for c in report(0.0).checks]
+    assert (back.practical, back.title) == ("p6", "DDP")
+    assert markdown(student_view(back, True)) == markdown(student_view(replace(report(0.0), environment={}, execution_time_s=1.0), True))
+
+
+def test_feedback_says_whether_it_was_late_and_shows_the_after_deadline_checks_once_the_deadline_passed(tmp_path: Path) -> None:
+    bare = tmp_path / "alice.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    store = ResultsStore(tmp_path / "results")
+    policy = load_policy({"deadlines": {"p6": "2026-12-01T23:59:00Z"}, "late_policy": {"penalty_per_day": 0.2}}, ("p6",))
+    for commit, when in (("a" * 40, "2026-12-01T10:00:00Z"), ("b" * 40, "2026-12-02T10:00:00Z")):
+        store.save(to_gradescope(report(2.0)), {"student": "alice", "practical": "p6", "commit": commit, "submitted_at": when, "source": {"kind": "git", "repo": str(bare)}})
+        publish(bare, "p6", commit, report(2.0), notes=lateness_note(policy, "alice", "p6", when))
+    shown = lambda path: git("show", f"feedback:{path}", cwd=bare)  # noqa: E731
+    assert "Parameters after the deadline" not in shown("p6.md") and "2 more check(s) are shown after the deadline" in shown("p6.md")
+    assert "Submitted 2026-12-02 10:00 UTC: 1 day(s) late: −20% (your deadline: 2026-12-01 23:59 UTC; late policy: −20% per day late)" in shown("p6.md")
+    assert "Submitted 2026-12-01 10:00 UTC: on time (your deadline: 2026-12-01 23:59 UTC)" in shown(f"p6/{'a' * 40}.md")
+    assert reveal_after_deadlines(store, policy, parse_time("2026-12-01T23:00:00Z")) == []
+    revealed = reveal_after_deadlines(store, policy, parse_time("2026-12-02T00:00:00Z"))
+    assert revealed == [f"alice p6 @{c * 7}: feedback after the deadline delivered" for c in "ab"]
+    assert "Parameters after the deadline" in shown("p6.md") and "A hidden check" not in shown("p6.md")
+    assert "1 more check(s) are shown once the results are published" in shown("p6.md")
+    assert f"Graded commit: {'b' * 40}" in shown("p6.md")  # the latest stays the latest
+    assert reveal_after_deadlines(store, policy, parse_time("2026-12-03T00:00:00Z")) == []  # once

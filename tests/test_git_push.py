@@ -3,15 +3,18 @@ post-receive hook, students' clones pushing to them, grading jobs that run the s
 grading (local processes, or a real single-node Slurm), and the results store."""
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from grader.submit.dispatch import WAITING_FOR_SLOT
-from helpers import ROOT, git, needs, run_cli, sandbox_problem
+from helpers import ROOT, copy_course, git, needs, run_cli, sandbox_problem
 from p6_variants import VARIANTS
 from slurm_cluster import SlurmCluster, slurm_problem
 
@@ -19,9 +22,9 @@ pytestmark = [pytest.mark.slow, needs("sandbox", sandbox_problem())]
 WRONG = next(v for v in VARIANTS if v.name == "not_wrapped")
 
 
-def course_repository(tmp_path: Path, student: str, results: Path, *hook_args: str, env: dict | None = None) -> Path:
-    """A student's bare repository holding the released templates, with the grading hook,
-    and the student's clone of it (returned)."""
+def course_repository(tmp_path: Path, student: str, results: Path, *hook_args: str, env: dict | None = None, course: Path = ROOT) -> Path:
+    """A student's bare repository holding the released templates, with the grading hook
+    (grading by `course`), and the student's clone of it (returned)."""
     seed = tmp_path / f"{student}-seed"
     shutil.copytree(ROOT / "assignments", seed / "assignments")
     git("init", "-q", cwd=seed)
@@ -29,7 +32,7 @@ def course_repository(tmp_path: Path, student: str, results: Path, *hook_args: s
     git("commit", "-qm", "the course's templates", cwd=seed)
     bare = tmp_path / f"{student}.git"
     git("clone", "-q", "--bare", str(seed), str(bare), cwd=tmp_path)
-    done = run_cli("hook", "install", str(bare), "--results-dir", str(results), *hook_args, env=env)
+    done = run_cli("--course-root", str(course), "hook", "install", str(bare), "--results-dir", str(results), *hook_args, env=env)
     assert done.returncode == 0 and done.stdout.strip() == f"installed {bare / 'hooks' / 'post-receive'}", done.stderr
     clone = tmp_path / student
     git("clone", "-q", str(bare), str(clone), cwd=tmp_path)
@@ -45,8 +48,6 @@ def commit_solution(clone: Path, folder: Path, message: str) -> str:
 
 def push(clone: Path) -> str:
     """`git push` as the student sees it: what the remote said (git prints it on stderr)."""
-    import subprocess
-
     done = subprocess.run(["git", "push", "-q", "origin", "main"], cwd=clone, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return "\n".join(line.removeprefix("remote: ").strip() for line in done.stderr.splitlines() if line.startswith("remote:"))
@@ -107,12 +108,21 @@ def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) ->
     assert "no all-reduce at all" in theirs and alice_commit not in theirs
 
 
+def set_deadline(course: Path, practical: str, moment: datetime.datetime) -> None:
+    """Give the course's `practical` a deadline (course.yaml, as the staff would)."""
+    config = yaml.safe_load((course / "course.yaml").read_text())
+    config["deadlines"] = {practical: moment.isoformat()}
+    (course / "course.yaml").write_text(yaml.safe_dump(config))
+
+
 @needs("slurm", slurm_problem())
-def test_a_push_while_slurm_is_down_is_graded_once_it_is_back(tmp_path: Path) -> None:
+def test_a_push_while_slurm_is_down_is_graded_once_it_is_back_and_its_feedback_reaches_the_clone(tmp_path: Path) -> None:
     cluster = SlurmCluster(tmp_path / "slurm")
     cluster.write_config()  # configured, not started: the controller does not answer
+    course = copy_course(tmp_path / "course")
+    set_deadline(course, "p6", datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
     results = tmp_path / "results"
-    clone = course_repository(tmp_path, "carol", results, "--backend", "slurm", "--time", "10", env=cluster.env)
+    clone = course_repository(tmp_path, "carol", results, "--backend", "slurm", "--time", "10", env=cluster.env, course=course)
     commit = commit_solution(clone, ROOT / "solutions" / "p6", "DDP done")
 
     receipt = push(clone).splitlines()[0]  # returns within a few seconds although sbatch cannot get through
@@ -126,7 +136,10 @@ def test_a_push_while_slurm_is_down_is_graded_once_it_is_back(tmp_path: Path) ->
     cluster.start()
     daemons = [process.pid for process in cluster.processes]
     try:
-        done = run_cli("dispatch", "--results-dir", str(results), "--backend", "slurm", "--wait", "--timeout", "240", env=cluster.env)
+        started = time.monotonic()
+        done = run_cli("--course-root", str(course), "dispatch", "--results-dir", str(results), "--backend", "slurm", "--wait", "--timeout", "240", env=cluster.env)
+        git("fetch", "-q", "origin", "feedback", cwd=clone)  # the student's view, from their own clone
+        waited = time.monotonic() - started
     finally:
         cluster.stop()
     assert not any(Path(f"/proc/{pid}").exists() for pid in daemons)  # stopped by process id
@@ -137,3 +150,19 @@ def test_a_push_while_slurm_is_down_is_graded_once_it_is_back(tmp_path: Path) ->
     provenance = document["extra_data"]["provenance"]
     assert provenance["slurm_job"] and provenance["attempt"] == 1 and provenance["commit"] == commit
     assert not record.exists()
+
+    # the feedback is in the clone within the grading's time + 60 s; params_sync (after_due_date) is not shown yet
+    assert waited <= document["execution_time"] + 60, (waited, document["execution_time"])
+    before = git("show", "origin/feedback:p6.md", cwd=clone)
+    assert f"Graded commit: {commit}" in before and ": on time (your deadline: " in before
+    assert "Parameters stay identical" not in before and "1 more check(s) are shown after the deadline" in before
+    # the store is the staff's: another user (a student's) cannot read carol's result
+    as_student = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", str(results / "carol" / "p6" / f"{commit}.json")], capture_output=True, text=True)
+    assert as_student.returncode != 0 and "Permission denied" in as_student.stderr
+
+    # the deadline passes: the next dispatch (cron's) delivers the feedback again, whole
+    set_deadline(course, "p6", datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=1))
+    assert run_cli("--course-root", str(course), "dispatch", "--results-dir", str(results)).returncode == 0
+    git("fetch", "-q", "origin", "feedback", cwd=clone)
+    after = git("show", "origin/feedback:p6.md", cwd=clone)
+    assert "Parameters stay identical" in after and "more check(s) are shown after the deadline" not in after

@@ -95,6 +95,8 @@ def to_gradescope(report: GradingReport) -> dict[str, Any]:
         "stdout_visibility": "hidden",
         "extra_data": {
             "practical": report.practical,
+            "title": terminal_line(report.title),
+            "notes": [terminal_line(note) for note in report.notes],
             "max_score": round(report.max_score, 4),
             "deferred_points": round(report.deferred_points, 4),
             "environment": json_safe(dict(report.environment), max_total=DATA_CHARS),
@@ -130,6 +132,41 @@ def read_scores(document: dict[str, Any]) -> Scores:
         checks=checks,
         answers=dict(extra.get("manual_answers") or {}),
         max_score=float(maximum) if isinstance(maximum, (int, float)) and not isinstance(maximum, bool) else None,
+    )
+
+
+def read_report(document: dict[str, Any]) -> GradingReport:
+    """The report a results.json of this module's holds, as far as it keeps it: the checks
+    (their feedback as one text), notes, answers and the autograder error; not the runs."""
+    extra = document.get("extra_data") or {}
+    checks = []
+    for test in document.get("tests") or []:
+        tags, data = test.get("tags") or [""], test.get("extra_data") or {}
+        if tags[0] == "autograder-error":
+            continue
+        deferred = "deferred_points" in data
+        try:
+            status = Status(data.get("status", "failed"))
+        except ValueError:
+            status = Status.FAILED
+        checks.append(CheckResult(
+            id=str(tags[0]),
+            title=str(test.get("name", "")).removesuffix(" (deferred)"),
+            number=int(test.get("number", len(checks) + 1)),
+            score=float(test.get("score", 0)),
+            max_score=float(data["deferred_points"] if deferred else test.get("max_score", 0)),
+            status=Status.DEFERRED if deferred else status,
+            summary=str(test.get("output", "")),
+            visibility=str(test.get("visibility", "visible")),
+        ))
+    return GradingReport(
+        practical=str(extra.get("practical", "")),
+        title=str(extra.get("title", extra.get("practical", ""))),
+        checks=tuple(checks),
+        execution_time_s=float(document.get("execution_time", 0)),
+        error=autograder_error_of(document),
+        manual=tuple((str(q), str(a)) for q, a in (extra.get("manual_answers") or {}).items()),
+        notes=tuple(str(note) for note in extra.get("notes") or ()),
     )
 
 

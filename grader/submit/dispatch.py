@@ -13,6 +13,7 @@ that many gradings at once; the others stay queued until one ends.
 """
 from __future__ import annotations
 
+import datetime
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from grader.results.gradescope import to_gradescope
 from grader.results.model import CheckResult, GradingReport, Status
 from grader.store import ResultsStore
 from grader.submit.backends import Backend, BackendDown, JobState, work_command
+from grader.submit.feedback import reveal_after_deadlines
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
 from grader.submit.reconcile import reconcile
 from grader.submit.worker import provenance, store_failure
@@ -123,9 +125,10 @@ def _settle(queue: Queue, key: str, course: Course, backend: Backend) -> str:
 
 
 def dispatch(store: ResultsStore, course: Course, backend: Backend) -> dict[str, str]:
-    """One pass: reconciliation (grader/submit/reconcile.py), then the queue: key -> what
-    happened to it."""
+    """One pass: reconciliation (grader/submit/reconcile.py), the feedback of deadlines that
+    have passed (grader/submit/feedback.py), then the queue: key -> what happened to it."""
     reconcile(store, course)
+    reveal_after_deadlines(store, course.policy, datetime.datetime.now(datetime.timezone.utc))
     queue = Queue(store)
     return {submission.key: settle(queue, submission, course, backend) for submission in queue.pending()}
 

@@ -4,33 +4,44 @@ repository gets a commit on its `feedback` branch holding what the student may s
   feedback/<practical>.md              the latest graded commit's feedback
   feedback/<practical>/<commit>.md     every graded commit's, kept
 
-The student reads it with `git fetch origin feedback && git show origin/feedback:p6.md`. The
+The student reads it with `git fetch origin feedback && git show origin/feedback:p6.md`. It says
+when the commit was submitted and what the course's late policy makes of it. The
 branch is written with git's plumbing (a private index file, write-tree, commit-tree, and
 update-ref against the old value, retried when two gradings race), so the student's own
 branches and working trees are never touched. What goes in is the student's view of the report:
-visible checks only (after_due_date ones once the practical's deadline has passed; hidden and
-after_published ones never), no environment, no run folders of the grader's.
+visible checks only (after_due_date ones once the student's deadline for the practical has
+passed; hidden and after_published ones never), no environment, no run folders of the grader's.
+Feedback delivered before the deadline is delivered again once it has passed
+(`reveal_after_deadlines`, run by every dispatch); the store's feedback/ folder records what was.
 """
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from grader.files import write_atomically
+from grader.policy import CoursePolicy, parse_time
+from grader.results.gradescope import read_report
 from grader.results.model import GradingReport
 from grader.results.render import markdown
+from grader.store import ResultsStore
 
 BRANCH = "refs/heads/feedback"
 ATTEMPTS = 5
 
 
-def student_view(report: GradingReport, after_deadline: bool) -> GradingReport:
-    """The report as its student may see it."""
+REVEALED = "feedback"  # the store's folder of marks: feedback delivered after the deadline
+
+
+def student_view(report: GradingReport, after_deadline: bool, notes: tuple[str, ...] = ()) -> GradingReport:
+    """The report as its student may see it, with `notes` (e.g. when it was submitted) first."""
     shown = {"visible", "after_due_date"} if after_deadline else {"visible"}
     left_out = [c for c in report.checks if c.visibility not in shown]
-    notes = report.notes + ((f"{len(left_out)} more check(s) are shown {'once the results are published' if after_deadline else 'after the deadline'}",) if left_out else ())
+    notes = notes + report.notes + ((f"{len(left_out)} more check(s) are shown {'once the results are published' if after_deadline else 'after the deadline'}",) if left_out else ())
     return replace(report, checks=tuple(c for c in report.checks if c.visibility in shown), environment={}, runs=(), notes=notes)
 
 
@@ -46,10 +57,69 @@ def _git(repo: Path, *args: str, env: dict[str, str], stdin: str | None = None) 
     return done.stdout.strip()
 
 
-def publish(repo: Path, practical: str, commit: str, report: GradingReport, after_deadline: bool = False) -> str:
+def _stamp(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def lateness_note(policy: CoursePolicy, student: str, practical: str, submitted_at: str) -> tuple[str, ...]:
+    """What the course's policy makes of the submission's time, for its student (nothing when
+    the practical has no deadline)."""
+    try:
+        moment = parse_time(submitted_at)
+    except ValueError:
+        return ()
+    lateness = policy.judge(student, practical, moment)
+    if lateness.deadline is None:
+        return ()
+    if not lateness.late:
+        return (f"Submitted {_stamp(moment)}: on time (your deadline: {_stamp(lateness.deadline)}).",)
+    return (f"Submitted {_stamp(moment)}: {lateness.effect} (your deadline: {_stamp(lateness.deadline)}; late policy: {policy.late.describe()}).",)
+
+
+def deadline_passed(policy: CoursePolicy, student: str, practical: str, moment: datetime.datetime) -> bool:
+    deadline = policy.deadline(student, practical)
+    return deadline is not None and moment >= deadline
+
+
+def mark_revealed(store: ResultsStore, student: str, practical: str, commit: str) -> None:
+    """Record that this commit's feedback went out with the checks shown after the deadline."""
+    folder = store.root / REVEALED
+    store.staff_folder(folder)
+    write_atomically(folder / f"{student}--{practical}--{commit}", "", mode=0o640)
+
+
+def reveal_after_deadlines(store: ResultsStore, policy: CoursePolicy, moment: datetime.datetime) -> list[str]:
+    """Deliver again, now with the checks shown after the deadline, the feedback of every pushed
+    commit whose student's deadline has passed since it was delivered (oldest first, so that
+    <practical>.md ends with the latest); what was delivered, one line each."""
+    marks = store.root / REVEALED
+    due = []
+    for student, practical, commit in store.graded():
+        if not deadline_passed(policy, student, practical, moment) or (marks / f"{student}--{practical}--{commit}").exists():
+            continue
+        entry = store.entry(student, practical, commit)
+        if entry is not None:
+            due.append(entry)
+    done = []
+    for entry in sorted(due, key=lambda e: str(e.provenance.get("submitted_at", ""))):
+        source = entry.provenance.get("source") or {}
+        report = read_report(entry.document)
+        if isinstance(source, dict) and source.get("kind") == "git" and any(c.visibility == "after_due_date" for c in report.checks):
+            notes = lateness_note(policy, entry.student, entry.practical, str(entry.provenance.get("submitted_at", "")))
+            try:
+                publish(Path(str(source.get("repo"))), entry.practical, entry.commit, report, after_deadline=True, notes=notes)
+            except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+                done.append(f"{entry.student} {entry.practical} @{entry.commit[:7]}: feedback after the deadline not delivered: {exc}")
+                continue
+            done.append(f"{entry.student} {entry.practical} @{entry.commit[:7]}: feedback after the deadline delivered")
+        mark_revealed(store, entry.student, entry.practical, entry.commit)
+    return done
+
+
+def publish(repo: Path, practical: str, commit: str, report: GradingReport, after_deadline: bool = False, notes: tuple[str, ...] = ()) -> str:
     """Commit the student's view of `report` to the repository's feedback branch; returns the
     feedback commit's id. RuntimeError when git refuses."""
-    text = markdown(student_view(report, after_deadline)) + f"\nGraded commit: {commit}\n"
+    text = markdown(student_view(report, after_deadline, notes)) + f"\nGraded commit: {commit}\n"
     base = {name: value for name, value in os.environ.items() if not name.startswith("GIT_")}
     env = {**base, "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost", "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost"}
     blob = _git(repo, "hash-object", "-w", "--stdin", env=env, stdin=text)

@@ -5,6 +5,7 @@ queued for a retry, up to MAX_ATTEMPTS; after that an autograder-error result is
 no accepted submission ends without a result."""
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import platform
@@ -26,7 +27,7 @@ from grader.results.model import GradingReport
 from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, remove_tree
 from grader.store import ResultsStore
 from grader.submit.backends import LOG_MODE
-from grader.submit.feedback import publish
+from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed, publish
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
 GIT_ARCHIVE_S = 120  # taking a commit's files out of git
@@ -218,19 +219,23 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     report = write_views(report, store.path_for(submission.student, submission.practical, submission.commit))
     store.save(to_gradescope(report), provenance(submission, course, report))
     queue.remove(key)
-    delivered = deliver(submission, report)
+    delivered = deliver(store, course, submission, report)
     if report.error:
         return f"an autograder error is recorded after {submission.attempts + 1} attempts: {report.error[:200]}{delivered}"
     return f"graded: {report.score:g}/{report.max_score:g}{delivered}"
 
 
-def deliver(submission: Submission, report: GradingReport) -> str:
-    """The feedback into the student's repository, for a pushed submission; what became of it
-    (the stored result stands either way)."""
+def deliver(store: ResultsStore, course: Course, submission: Submission, report: GradingReport) -> str:
+    """The feedback into the student's repository, for a pushed submission, with what the
+    course's policy makes of its time; what became of it (the stored result stands either way)."""
     if submission.source.get("kind") != "git":
         return ""
+    after = deadline_passed(course.policy, submission.student, submission.practical, datetime.datetime.now(datetime.timezone.utc))
+    notes = lateness_note(course.policy, submission.student, submission.practical, submission.submitted_at)
     try:
-        publish(Path(submission.source["repo"]), submission.practical, submission.commit, report)
+        publish(Path(submission.source["repo"]), submission.practical, submission.commit, report, after_deadline=after, notes=notes)
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         return f"; feedback not delivered to the repository: {exc}"
+    if after:
+        mark_revealed(store, submission.student, submission.practical, submission.commit)
     return "; feedback on the repository's feedback branch"
