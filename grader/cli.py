@@ -14,6 +14,8 @@
     python -m grader gradescope P --out Z         an autograder zip for Gradescope
     python -m grader calibrate PRACTICAL          baselines of the reference solution on this machine
     python -m grader collect RESULTS_DIR --csv F  grades out, by course.yaml's deadlines and late policy
+    python -m grader similarity RESULTS_DIR       identical and near-identical submissions per practical
+    python -m grader report RESULTS_DIR --out F   the class report (HTML with plots) for staff
     python -m grader submit P DIR --results-dir R a grading job (Slurm or local); --wait for the result
     python -m grader dispatch --results-dir R     start, watch and retry the queued gradings
     python -m grader hook install REPO ...        grade every git push to a bare repository
@@ -29,6 +31,8 @@ understood, an unknown practical among them.
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
 import hashlib
 import os
 import subprocess
@@ -45,12 +49,15 @@ from grader.assign.markers import MarkerError
 from grader.assign.scaffold import ScaffoldError, new_practical
 from grader.assign.release import differences, release_practical, write
 from grader.course import Course, CourseError, Practical, check_source_spec, find_course_root, load_course, load_practical, unknown_practical
-from grader.collect import collect, write_answers, write_grades
+from grader.class_report import class_stats, render_html
+from grader.collect import Chosen, collect, write_answers, write_grades
+from grader.files import write_atomically
+from grader.similarity import Findings, code_of, find_similar
 from grader.doctor import PROBLEM, examine
 from grader.policy import parse_time
 from grader.grade.pipeline import GradeOptions
 from grader.results.classroom import classroom_encoded
-from grader.results.escape import terminal_line
+from grader.results.escape import spreadsheet_cell, terminal_line
 from grader.observe.views import write_views
 from grader.results.gradescope import read_document, read_scores, write_results
 from grader.results.model import GradingReport, Status
@@ -81,6 +88,26 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number ≥ 0, found {text}")
     return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, e.g. 0.8, found {text}")
+    return value
+
+
+def _store_folder(text: str) -> Path:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a folder")
+    return Path(text)
+
+
+def _iso_time(text: str) -> datetime.datetime:
+    try:
+        return parse_time(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time (e.g. 2026-12-01T23:59:00+02:00)") from None
 
 
 def _positive_float(text: str) -> float:
@@ -145,10 +172,20 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--repeat", type=_positive_int, default=3, help="gradings to measure (the fastest of each run counts)")
 
     col = commands.add_parser("collect", help="grades out of a results store: one CSV row per student")
-    col.add_argument("results_dir", type=Path, help="the results store (a shared folder)")
+    col.add_argument("results_dir", type=_store_folder, help="the results store (a shared folder)")
     col.add_argument("--csv", type=Path, required=True, help="where to write the grades")
     col.add_argument("--answers", type=Path, help="where to write the free-text answers (default: next to --csv)")
-    col.add_argument("--deadline", help="ISO 8601 time (UTC without a zone): one deadline for every practical, instead of course.yaml's deadlines and extensions")
+    col.add_argument("--deadline", type=_iso_time, help="ISO 8601 time (UTC without a zone): one deadline for every practical, instead of course.yaml's deadlines and extensions")
+
+    sim = commands.add_parser("similarity", help="identical and near-identical submissions per practical (copydetect; the template's lines left out)")
+    sim.add_argument("results_dir", type=_store_folder, help="the results store (a shared folder)")
+    sim.add_argument("--threshold", type=_fraction, default=0.8, help="flag a pair when this share of either's own code is shared (default 0.8)")
+    sim.add_argument("--csv", type=Path, help="also write the pairs to this CSV file")
+
+    rpt = commands.add_parser("report", help="the class report for staff: scores, pass rates, frequent failures, late work, alike pairs (HTML)")
+    rpt.add_argument("results_dir", type=_store_folder, help="the results store (a shared folder)")
+    rpt.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+    rpt.add_argument("--threshold", type=_fraction, default=0.8, help="similarity that flags a pair (default 0.8)")
 
     def backend_options(sub: argparse.ArgumentParser, job_options: bool = True) -> None:
         sub.add_argument("--results-dir", type=Path, required=True, help="the results store (a shared folder)")
@@ -420,17 +457,57 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _counted(args: argparse.Namespace) -> tuple[Course, dict[str, dict[str, Chosen]]]:
+    """The course and the submissions that count in the store, by the course's policy (or
+    `--deadline`'s one deadline)."""
+    course = _course(args)
+    every = getattr(args, "deadline", None)
+    return course, collect(ResultsStore(args.results_dir), replace(course.policy, every=every) if every else course.policy)
+
+
+def _similar(course: Course, table: dict[str, dict[str, Chosen]], store: Path, threshold: float) -> Findings:
+    """The alike pairs of the counted submissions, by each practical's script and template."""
+    scripts, templates, unreadable = {}, {}, []
+    for practical in sorted({p for row in table.values() for p in row}):
+        try:
+            script = load_practical(course, practical).assignment.script
+        except (CourseError, SpecError) as exc:
+            unreadable.append(f"{practical}: not compared ({exc})")
+            continue
+        scripts[practical] = script
+        template = course.template_dir(practical) / script
+        templates[practical] = code_of(script, template.read_bytes()) if template.is_file() else ""
+    found = find_similar(table, scripts, templates, ResultsStore(store).root / "inbox", threshold)
+    return replace(found, left_out=(*unreadable, *found.left_out))
+
+
+def cmd_similarity(args: argparse.Namespace) -> int:
+    course, table = _counted(args)
+    found = _similar(course, table, args.results_dir, args.threshold)
+    for pair in found.pairs:
+        _say(f"{pair.practical:<5} {pair.first:<16} {pair.second:<16} {pair.describe}")
+    for note in found.left_out:
+        _say(f"left out: {note}")
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["practical", "student", "student", "similarity", "identical"])
+            writer.writerows([spreadsheet_cell(c) for c in (p.practical, p.first, p.second, f"{p.similarity:.3f}", "yes" if p.identical else "no")] for p in found.pairs)
+    print(f"{len(found.pairs)} pair(s) at least {args.threshold:.0%} alike" + (f"; written to {args.csv}" if args.csv else ""))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    course, table = _counted(args)
+    found = _similar(course, table, args.results_dir, args.threshold)
+    page = render_html(course.title or "Course", class_stats(table, found), notes=found.left_out)
+    write_atomically(args.out, page)
+    print(f"class report of {len(table)} students written to {args.out}")
+    return 0
+
+
 def cmd_collect(args: argparse.Namespace) -> int:
-    policy = _course(args).policy
-    try:
-        policy = replace(policy, every=parse_time(args.deadline)) if args.deadline else policy
-    except ValueError:
-        print(f"error: --deadline {args.deadline!r} is not an ISO 8601 time (e.g. 2026-12-01T23:59:00+02:00)", file=sys.stderr)
-        return 2
-    if not args.results_dir.is_dir():
-        print(f"error: {args.results_dir} is not a folder", file=sys.stderr)
-        return 1
-    table = collect(ResultsStore(args.results_dir), policy)
+    _, table = _counted(args)
     answers = args.answers or args.csv.with_name(args.csv.stem + ".answers.csv")
     write_grades(table, args.csv)
     write_answers(table, answers)
@@ -636,6 +713,8 @@ COMMANDS = {
     "gradescope": cmd_gradescope,
     "calibrate": cmd_calibrate,
     "collect": cmd_collect,
+    "similarity": cmd_similarity,
+    "report": cmd_report,
     "submit": cmd_submit,
     "dispatch": cmd_dispatch,
     "work": cmd_work,

@@ -2,7 +2,8 @@
 # Set up a fresh machine for the grader, and .venv.
 #   bash scripts/setup.sh          the grader: bubblewrap and util-linux (the sandbox), .venv
 #   bash scripts/setup.sh --test   and what the test suite needs: slurm-wlm and munge (a one-node
-#                                  Slurm cluster the tests start), pytest and the schema tools
+#                                  Slurm cluster the tests start), chromium (opens the class
+#                                  report), pytest and the schema tools
 #
 # System packages come from apt-get when this runs as root on Debian/Ubuntu; elsewhere the
 # script says which are missing and what works without them, and goes on.
@@ -23,6 +24,7 @@ command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 if [ "${1:-}" = "--test" ]; then
     command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need+=(slurm-wlm)
     command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need+=(munge)
+    command -v chromium >/dev/null 2>&1 || need+=(chromium)
 fi
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -36,6 +38,7 @@ if [ ${#need[@]} -gt 0 ]; then
         echo "    (dnf/pacman: bubblewrap, util-linux). macOS and Windows have no sandbox: self-check only." >&2
         if [ "${1:-}" = "--test" ]; then
             echo "  - slurm-wlm, munge: the Slurm tests are skipped without them (sudo apt-get install slurm-wlm munge)." >&2
+            echo "  - chromium: the test that opens the class report in a browser is skipped without it." >&2
         fi
     fi
 fi

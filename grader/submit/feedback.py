@@ -17,7 +17,6 @@ Feedback delivered before the deadline is delivered again once it has passed
 from __future__ import annotations
 
 import datetime
-import os
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -29,6 +28,7 @@ from grader.results.gradescope import read_report
 from grader.results.model import GradingReport
 from grader.results.render import markdown
 from grader.store import ResultsStore
+from grader.submit.gitenv import git_free_environment
 
 BRANCH = "refs/heads/feedback"
 ATTEMPTS = 5
@@ -120,8 +120,7 @@ def publish(repo: Path, practical: str, commit: str, report: GradingReport, afte
     """Commit the student's view of `report` to the repository's feedback branch; returns the
     feedback commit's id. RuntimeError when git refuses."""
     text = markdown(student_view(report, after_deadline, notes)) + f"\nGraded commit: {commit}\n"
-    base = {name: value for name, value in os.environ.items() if not name.startswith("GIT_")}
-    env = {**base, "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost", "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost"}
+    env = {**git_free_environment(), "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost", "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost"}
     blob = _git(repo, "hash-object", "-w", "--stdin", env=env, stdin=text)
     for _ in range(ATTEMPTS):
         done = subprocess.run(["git", "--git-dir", str(repo), "rev-parse", "--verify", "-q", BRANCH], capture_output=True, text=True, env=env)

@@ -28,7 +28,7 @@ from grader.submit.dispatch import WAITING_FOR_SLOT
 from grader.submit.feedback import read_command
 from grader.submit.queue import Queue, Submission
 from grader.submit.reconcile import register
-from grader.submit.worker import git_free_environment
+from grader.submit.gitenv import git_free_environment
 
 ZERO = "0" * 40
 BRANCHES = ("refs/heads/main", "refs/heads/master")

@@ -27,16 +27,11 @@ from grader.results.model import GradingReport
 from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, remove_tree
 from grader.store import ResultsStore
 from grader.submit.backends import LOG_MODE
+from grader.submit.gitenv import git_free_environment
 from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed, publish
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
 GIT_ARCHIVE_S = 120  # taking a commit's files out of git
-
-
-def git_free_environment() -> dict[str, str]:
-    """This environment without git's hook variables (GIT_DIR=. and the like), which would
-    point every git command of the grader at the student's repository."""
-    return {name: value for name, value in os.environ.items() if not name.startswith("GIT_")}
 
 
 class MaterialiseError(Exception):

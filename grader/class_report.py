@@ -1,0 +1,160 @@
+"""The class report for staff (`grader report RESULTS_DIR --out report.html`): per practical,
+over the submissions that count (grader.collect, with the course's policy), the distribution of
+final scores, each check's pass rate, the most frequent failure messages, how many were late
+or ended in an autograder error, and the pairs of alike submissions (grader.similarity).
+
+One self-contained HTML file: the plots are PNGs (matplotlib, Agg) inside it, it loads nothing
+and runs no script. Everything that came from a submission or the store is HTML-escaped.
+"""
+from __future__ import annotations
+
+import base64
+import collections
+import html
+import io
+import statistics
+from dataclasses import dataclass
+from typing import Iterable
+
+from grader.collect import Chosen, maxima, practical_order
+from grader.results.gradescope import autograder_error_of, read_report
+from grader.results.model import Status
+from grader.similarity import Findings, Pair
+
+TOP_MESSAGES = 10
+MESSAGE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class CheckRate:
+    check: str
+    title: str
+    passed: int
+    graded: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.graded if self.graded else 0.0
+
+
+@dataclass(frozen=True)
+class PracticalStats:
+    practical: str
+    maximum: float
+    finals: tuple[float, ...]  # per student, after the late policy
+    checks: tuple[CheckRate, ...]
+    messages: tuple[tuple[str, str, int], ...]  # (check, first line of its feedback, students), most frequent first
+    late: int
+    errors: int  # counted submissions that ended in an autograder error
+    pairs: tuple[Pair, ...]
+
+
+def practical_stats(practical: str, counted: list[Chosen], maximum: float, pairs: Iterable[Pair] = ()) -> PracticalStats:
+    """The statistics of one practical over its counted submissions."""
+    rates: dict[str, list[int]] = {}
+    titles: dict[str, str] = {}
+    messages: collections.Counter = collections.Counter()
+    for chosen in counted:
+        for check in read_report(chosen.entry.document).checks:
+            if check.status is Status.DEFERRED:
+                continue
+            titles.setdefault(check.id, check.title)
+            tally = rates.setdefault(check.id, [0, 0])
+            tally[0] += check.status is Status.PASSED
+            tally[1] += 1
+            if check.status is not Status.PASSED:
+                first = (check.summary.strip().splitlines() or [""])[0][:MESSAGE_CHARS]
+                messages[(check.id, first)] += 1
+    return PracticalStats(
+        practical=practical,
+        maximum=maximum,
+        finals=tuple(chosen.final for chosen in counted),
+        checks=tuple(CheckRate(check, titles[check], passed, graded) for check, (passed, graded) in rates.items()),
+        messages=tuple((check, text, n) for (check, text), n in messages.most_common(TOP_MESSAGES)),
+        late=sum(1 for chosen in counted if chosen.late),
+        errors=sum(1 for chosen in counted if autograder_error_of(chosen.entry.document)),
+        pairs=tuple(p for p in pairs if p.practical == practical),
+    )
+
+
+def class_stats(table: dict[str, dict[str, Chosen]], findings: Findings | None = None) -> list[PracticalStats]:
+    """Every practical's statistics, in course order."""
+    top = maxima(table)
+    pairs = findings.pairs if findings else ()
+    return [practical_stats(p, [row[p] for row in table.values() if p in row], top[p], pairs) for p in practical_order(table)]
+
+
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _plots(stats: PracticalStats) -> tuple[str, str]:
+    """The score histogram and the pass-rate bars, as data URIs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    scores = Figure(figsize=(5, 2.6))
+    axis = scores.subplots()
+    axis.hist(stats.finals, bins=max(1, min(20, int(stats.maximum) or 1)), range=(0, stats.maximum or 1), color="#3b6ea5", edgecolor="white")
+    axis.set_xlabel("final score")
+    axis.set_ylabel("students")
+    axis.set_title(f"{stats.practical}: scores out of {stats.maximum:g}")
+    rates = Figure(figsize=(5, 0.4 + 0.32 * max(1, len(stats.checks))))
+    bars = rates.subplots()
+    bars.barh([c.check for c in stats.checks][::-1], [100 * c.rate for c in stats.checks][::-1], color="#5a9e6f")
+    bars.set_xlim(0, 100)
+    bars.set_xlabel("% of students passing")
+    return _png(scores), _png(rates)
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _section(stats: PracticalStats) -> str:
+    finals = stats.finals
+    summary = (
+        f"{len(finals)} students · mean {statistics.fmean(finals):.1f} · median {statistics.median(finals):g} "
+        f"of {stats.maximum:g} · {stats.late} late · {stats.errors} autograder error(s)" if finals else "no submissions"
+    )
+    histogram, rates = _plots(stats)
+    rows = "".join(f"<tr><td><code>{_e(c.check)}</code></td><td>{_e(c.title)}</td><td>{c.passed}/{c.graded}</td><td>{c.rate:.0%}</td></tr>" for c in stats.checks)
+    messages = "".join(f"<tr><td><code>{_e(check)}</code></td><td>{_e(text)}</td><td>{n}</td></tr>" for check, text, n in stats.messages)
+    pairs = "".join(f"<tr><td>{_e(p.first)}</td><td>{_e(p.second)}</td><td>{_e(p.describe)}</td></tr>" for p in stats.pairs)
+    return f"""<section id="{_e(stats.practical)}">
+<h2>{_e(stats.practical)}</h2>
+<p class="summary">{_e(summary)}</p>
+<div class="plots"><img alt="{_e(stats.practical)} score distribution" src="{histogram}"><img alt="{_e(stats.practical)} pass rate per check" src="{rates}"></div>
+<h3>Pass rate of each check</h3>
+<table><tr><th>check</th><th>title</th><th>passed</th><th>rate</th></tr>{rows}</table>
+<h3>Most frequent failure messages</h3>
+<table><tr><th>check</th><th>message</th><th>students</th></tr>{messages or '<tr><td colspan="3">none</td></tr>'}</table>
+<h3>Alike submissions</h3>
+<table><tr><th>student</th><th>student</th><th>how alike</th></tr>{pairs or '<tr><td colspan="3">none flagged</td></tr>'}</table>
+</section>
+"""
+
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:70em}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f0f0f0}.plots img{margin-right:1em;max-width:48%}.summary{font-weight:600}section{margin-bottom:3em}"""
+
+
+def render_html(title: str, stats: list[PracticalStats], notes: Iterable[str] = ()) -> str:
+    """The whole report: a page that needs nothing but itself."""
+    contents = " · ".join(f'<a href="#{_e(s.practical)}">{_e(s.practical)}</a>' for s in stats)
+    remarks = "".join(f"<li>{_e(note)}</li>" for note in notes)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
+<title>{_e(title)}: class report</title><style>{STYLE}</style></head>
+<body><h1>{_e(title)}: class report</h1>
+<p>{contents}</p>
+{''.join(_section(s) for s in stats)}
+{f'<h2>Notes</h2><ul>{remarks}</ul>' if remarks else ''}
+</body></html>
+"""
