@@ -59,7 +59,7 @@ from grader.grade.pipeline import GradeOptions
 from grader.results.classroom import classroom_encoded
 from grader.results.escape import spreadsheet_cell, terminal_line
 from grader.observe.views import write_views
-from grader.results.gradescope import read_document, read_scores, write_results
+from grader.results.gradescope import autograder_error_of, read_document, read_scores, write_results
 from grader.results.model import GradingReport, Status
 from grader.results.render import console_table, markdown
 from grader.grade.session import CalibrationError, calibrate, grade_folder
@@ -70,7 +70,7 @@ from grader.spec import SpecError
 from grader.store import ResultsStore, StoreError
 from grader.submit import hook
 from grader.submit.backends import Backend, LocalBackend, SlurmBackend
-from grader.submit.dispatch import dispatch, inbox, job_minutes, settle, wait
+from grader.submit.dispatch import dispatch, inbox, job_minutes, progress, settle, wait
 from grader.submit.queue import Queue, Submission
 from grader.submit.regrade import Selection, regrade
 from grader.submit.worker import work
@@ -194,6 +194,8 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--partition", help="Slurm partition")
             sub.add_argument("--time", type=_positive_int, help="Slurm time limit of a grading job, minutes (default: the spec's budget + 5)")
             sub.add_argument("--gpus", type=_count, default=0, help="GPUs to ask Slurm for (GRES)")
+            sub.add_argument("--cpus", type=_positive_int, help="CPUs of a grading job (default: the ranks of the spec's largest launch)")
+            sub.add_argument("--mem", type=_positive_int, help="memory of a grading job, MB (default: the sandbox's cap of one launch + 1 GiB)")
 
     su = commands.add_parser("submit", help="queue a grading job for a folder (on Slurm or locally)")
     su.add_argument("practical", help="practical id, e.g. p6")
@@ -551,7 +553,7 @@ def _backend(name: str) -> Backend:
 
 def _job_options(args: argparse.Namespace) -> dict:
     """The options of a grading job that are kept with its queued submission."""
-    return {"gpus": args.gpus, "partition": args.partition, "time_min": args.time}
+    return {"gpus": args.gpus, "partition": args.partition, "time_min": args.time, "cpus": args.cpus, "mem_mb": args.mem}
 
 
 def _folder_digest(folder: Path) -> str:
@@ -670,11 +672,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         scores = read_scores(entry.document)
         maximum = "?" if scores.max_score is None else f"{scores.max_score:g}"
         graded_at = entry.provenance.get("graded_at", "?")
-        _say(f"{entry.student:<16} {entry.practical:<5} {entry.commit[:10]:<10} {scores.total:>6g}/{maximum:<6} graded {graded_at}")
+        outcome = "failed (an autograder error; staff will regrade)" if autograder_error_of(entry.document) else "graded"
+        _say(f"{entry.student:<16} {entry.practical:<5} {entry.commit[:10]:<10} {scores.total:>6g}/{maximum:<6} {outcome} {graded_at}")
+    backends: dict[str, Backend] = {}
     for submission in Queue(store).pending():
         if args.student in (None, submission.student):
-            last = submission.history[-1] if submission.history else ""
-            _say(f"{submission.student:<16} {submission.practical:<5} {submission.commit[:10]:<10} {submission.state} ({last})")
+            backend = backends.setdefault(submission.backend, _backend(submission.backend)) if submission.backend in ("local", "slurm") else None
+            _say(f"{submission.student:<16} {submission.practical:<5} {submission.commit[:10]:<10} {progress(submission, backend)}")
     if not rows and not Queue(store).pending():
         print("nothing graded or queued")
     return 0

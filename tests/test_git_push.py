@@ -150,6 +150,10 @@ def test_a_push_while_slurm_is_down_is_graded_once_it_is_back_and_its_feedback_r
     provenance = document["extra_data"]["provenance"]
     assert provenance["slurm_job"] and provenance["attempt"] == 1 and provenance["commit"] == commit
     assert not record.exists()
+    # the job was sized from the spec (4 ranks in a launch) and cut to the test cluster's one node
+    script = (results / "logs" / f"carol--p6--{commit}.sbatch").read_text().splitlines()
+    assert "#SBATCH --cpus-per-task=2" in script and "#SBATCH --mem=4000M" in script
+    assert "# the grading wants 4 CPUs and 7168 MB; the largest node has 2 CPUs and 4000 MB, so it asks for 2 CPUs and 4000 MB (speed checks may then time ranks sharing CPUs)" in script
 
     # the feedback is in the clone within the grading's time + 60 s; params_sync (after_due_date) is not shown yet
     assert waited <= document["execution_time"] + 60, (waited, document["execution_time"])

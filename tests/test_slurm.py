@@ -35,8 +35,9 @@ class Slurm:
         return run_cli(*args, env=self.cluster.env, timeout=timeout)
 
     def submit(self, store: Path, student: str, folder: Path, *extra: str) -> str:
-        """`grader submit --backend slurm` (not waiting); what it printed."""
-        done = self.cli("submit", "p6", str(folder), "--results-dir", str(store), "--backend", "slurm", "--student", student, *extra)
+        """`grader submit --backend slurm` (not waiting); what it printed. Each job asks for one
+        CPU (`--cpus`, not the spec's size), so that the module's scenarios share the two."""
+        done = self.cli("submit", "p6", str(folder), "--results-dir", str(store), "--backend", "slurm", "--student", student, "--cpus", "1", *extra)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout.strip()
 
@@ -133,6 +134,8 @@ def test_the_same_commit_submitted_twice_is_graded_once(slurm: Slurm) -> None:
 
 
 def test_a_job_past_its_time_limit_is_recorded_as_timeout_with_feedback(slurm: Slurm) -> None:
+    status = slurm.cli("status", "--results-dir", str(slurm.hanging_store)).stdout.split()
+    assert status[:3] == ["hang", "p6", status[2]] and " ".join(status[3:6]) in ("running as job", "queued in slurm"), status  # Slurm's own state
     done = slurm.cli("dispatch", "--results-dir", str(slurm.hanging_store), "--backend", "slurm", "--wait", "--timeout", "280")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "timed out: recorded as such" in done.stdout

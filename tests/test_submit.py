@@ -15,11 +15,11 @@ import pytest
 from grader.course import load_course
 from grader.store import ResultsStore, StoreError
 from grader.submit import hook
-from grader.submit.backends import FakeBackend, JobState, SlurmBackend
-from grader.submit.dispatch import WAITING_FOR_SLOT, dispatch
+from grader.submit.backends import FakeBackend, JobSize, JobState, LocalBackend, SlurmBackend
+from grader.submit.dispatch import WAITING_FOR_SLOT, dispatch, job_size, progress
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
-from grader.submit.worker import extract, work
-from helpers import ROOT, git, needs, sandbox_problem
+from grader.submit.worker import extract, store_failure, work
+from helpers import ROOT, git, needs, run_cli, sandbox_problem
 
 COURSE = load_course(ROOT)
 COMMIT = "c0ffee1234"
@@ -222,6 +222,21 @@ def test_the_slurm_script_asks_for_gpus_as_gres_and_keeps_the_submission_options
     ]
 
 
+
+def test_a_job_is_sized_from_the_spec_and_cut_to_the_largest_node(tmp_path: Path) -> None:
+    assert job_size(COURSE, "p6") == JobSize(cpus=4, memory_mb=7168)  # 2 nodes × 2 ranks, or 4 ranks; one launch at a time
+    assert job_size(COURSE, "p6", world_size=2) == JobSize(cpus=2, memory_mb=7168)
+    assert job_size(COURSE, "p4").cpus == 1
+    submission = folder_submission(tmp_path)
+    submission.options = {"time_min": 12, "cpus": 4, "mem_mb": 7168}
+    roomy = SlurmBackend().script(submission, ["true"], tmp_path / "job.log", largest=JobSize(64, 512_000)).splitlines()
+    assert "#SBATCH --cpus-per-task=4" in roomy and "#SBATCH --mem=7168M" in roomy and not any(line.startswith("# ") for line in roomy)
+    small = SlurmBackend().script(submission, ["true"], tmp_path / "job.log", largest=JobSize(2, 4000)).splitlines()
+    assert "#SBATCH --cpus-per-task=2" in small and "#SBATCH --mem=4000M" in small
+    note = "the grading wants 4 CPUs and 7168 MB; the largest node has 2 CPUs and 4000 MB, so it asks for 2 CPUs and 4000 MB (speed checks may then time ranks sharing CPUs)"
+    assert f"# {note}" in small and f"echo '{note}'" in small
+
+
 def test_extracting_a_students_archive_never_writes_outside_the_folder(tmp_path: Path) -> None:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -318,7 +333,7 @@ def test_the_hook_queues_each_pushed_practical_and_says_so(pushed, store: Result
     backend = FakeBackend()
     assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"queued p6 @{second[:7]}: started as job fake-1", READ_FEEDBACK]
     (record,) = Queue(store).pending()
-    assert (record.student, record.practical, record.commit, record.source, record.options) == ("alice", "p6", second, {"kind": "git", "repo": str(repo)}, {"gpus": 1, "time_min": 8})
+    assert (record.student, record.practical, record.commit, record.source, record.options) == ("alice", "p6", second, {"kind": "git", "repo": str(repo)}, {"gpus": 1, "time_min": 8, "cpus": 4, "mem_mb": 7168})
     assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"p6 @{second[:7]}: already queued"]
     assert receive([f"{'0' * 40} {first} refs/heads/other"], repo, store, backend) == []
     assert receive([f"{second} {second} refs/heads/main"], repo, store, backend) == [f"nothing to grade in {second[:7]} (no practical's folder changed)"]
@@ -446,3 +461,28 @@ def test_installing_the_hook_refuses_a_store_that_cannot_record_the_repository(p
     with pytest.raises(ValueError, match="cannot record the repository"):
         hook.install(repo, not_a_folder, "local", {}, ROOT)
     assert not (repo / "hooks" / "post-receive").exists()
+
+
+def test_status_says_queued_running_graded_or_failed_from_the_jobs_own_state(store: ResultsStore, tmp_path: Path) -> None:
+    store_failure(store, folder_submission(tmp_path, "erin", "e" * 7), COURSE, "the sandbox could not start")
+    store.save(graded_document(9), provenance_of("dave", "d" * 7))
+    queue = Queue(store)
+    waiting = folder_submission(tmp_path, "bob", "b" * 7)
+    waiting.backend = "local"
+    queue.add(waiting)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        running = folder_submission(tmp_path, "carol", "c" * 7)
+        running.backend, running.state, running.job = "local", "dispatched", f"local-{sleeper.pid}"
+        queue.add(running)
+        queue.save(running)
+        lines = {line.split()[0]: " ".join(line.split()[3:]) for line in run_cli("status", "--results-dir", str(store.root)).stdout.splitlines()}
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert lines["bob"] == "queued (accepted (folder))"
+    assert lines["carol"] == f"running as job local-{sleeper.pid}"
+    assert lines["dave"].startswith("9/12 graded")
+    assert lines["erin"].startswith("0/0 failed (an autograder error; staff will regrade)")
+    running.job = "local-999999999"  # the job is gone, no result yet
+    assert progress(running, LocalBackend()) == "job local-999999999 ended UNKNOWN without a result yet (the next dispatch settles it)"

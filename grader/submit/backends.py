@@ -37,6 +37,24 @@ class JobState(str, Enum):
         return self not in (JobState.PENDING, JobState.RUNNING)
 
 
+@dataclass(frozen=True)
+class JobSize:
+    """What a grading job asks of a node."""
+
+    cpus: int
+    memory_mb: int
+
+
+def fit(wanted: JobSize, largest: JobSize | None) -> tuple[JobSize, str | None]:
+    """`wanted`, cut down to the largest node there is (a request no node can hold is refused
+    by the scheduler, and would never run); with a note saying so when it was cut."""
+    if largest is None or (wanted.cpus <= largest.cpus and wanted.memory_mb <= largest.memory_mb):
+        return wanted, None
+    given = JobSize(min(wanted.cpus, largest.cpus), min(wanted.memory_mb, largest.memory_mb))
+    return given, (f"the grading wants {wanted.cpus} CPUs and {wanted.memory_mb} MB; the largest node has {largest.cpus} CPUs and "
+                   f"{largest.memory_mb} MB, so it asks for {given.cpus} CPUs and {given.memory_mb} MB (speed checks may then time ranks sharing CPUs)")
+
+
 class BackendDown(Exception):
     """The backend cannot take jobs now (e.g. the Slurm controller does not answer)."""
 
@@ -105,7 +123,8 @@ class SlurmBackend:
 
     partition: str | None = None  # when a submission names none
     time_min: int = 30  # when a submission names none (the dispatcher always sets one)
-    cpus: int = 1
+    cpus: int = 1  # when a submission names none (the dispatcher sizes every job from its spec)
+    memory_mb: int = 0  # likewise; 0: Slurm's default
     env: dict | None = None  # e.g. SLURM_CONF for a private cluster
     timeout_s: float = 30  # a Slurm command that takes longer: the controller is down
     name: str = "slurm"
@@ -117,28 +136,46 @@ class SlurmBackend:
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BackendDown(f"{command[0]}: {exc}") from None
 
-    def script(self, submission: Submission, command: list[str], log: Path) -> str:
+    def largest_node(self, partition: str | None) -> JobSize | None:
+        """The CPUs and memory of the partition's largest node (None when sinfo cannot say)."""
+        done = self._run(["sinfo", "-h", "-N", "-o", "%c %m", *(["-p", partition] if partition else [])])
+        sizes = []
+        for line in done.stdout.splitlines() if done.returncode == 0 else []:
+            parts = line.replace("+", "").split()
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                sizes.append(JobSize(int(parts[0]), int(parts[1])))
+        return max(sizes, key=lambda size: (size.cpus, size.memory_mb)) if sizes else None
+
+    def script(self, submission: Submission, command: list[str], log: Path, largest: JobSize | None = None) -> str:
+        """The job's sbatch script; its size cut to `largest` (a node's) where it is more."""
         options = submission.options
+        size, cut = fit(JobSize(int(options.get("cpus") or self.cpus), int(options.get("mem_mb") or self.memory_mb)), largest)
         lines = [
             "#!/bin/bash",
             f"#SBATCH --job-name=grade-{submission.practical}-{submission.student}-{submission.commit[:7]}",
             f"#SBATCH --output={log}",
             f"#SBATCH --chdir={log.parent}",  # the store is on the shared file system; the submitter's folder may not be
             f"#SBATCH --time={int(options.get('time_min') or self.time_min)}",
-            f"#SBATCH --cpus-per-task={int(options.get('cpus') or self.cpus)}",
+            f"#SBATCH --cpus-per-task={size.cpus}",
         ]
+        if size.memory_mb:
+            lines.append(f"#SBATCH --mem={size.memory_mb}M")
+        if cut:
+            lines.append(f"# {cut}")
         if options.get("gpus"):
             lines.append(f"#SBATCH --gres=gpu:{int(options['gpus'])}")
         partition = options.get("partition") or self.partition
         if partition:
             lines.append(f"#SBATCH --partition={partition}")
+        if cut:
+            lines.append(f"echo {shlex.quote(cut)}")
         lines.append("exec " + " ".join(shlex.quote(part) for part in command))
         return "\n".join(lines) + "\n"
 
     def dispatch(self, submission: Submission, command: list[str], log: Path) -> str:
         log.parent.mkdir(parents=True, exist_ok=True)
         script = log.with_suffix(".sbatch")
-        script.write_text(self.script(submission, command, log))
+        script.write_text(self.script(submission, command, log, self.largest_node(submission.options.get("partition") or self.partition)))
         done = self._run(["sbatch", "--parsable", str(script)])
         if done.returncode != 0:
             raise BackendDown(f"sbatch: {done.stderr.strip()[:300]}")

@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 
 from grader.course import Course, load_practical
-from grader.grade.pipeline import time_limits
+from grader.grade.pipeline import GradeOptions, plan_runs, time_limits
 from grader.results.gradescope import to_gradescope
 from grader.results.model import CheckResult, GradingReport, Status
+from grader.run.sandbox import Limits
 from grader.store import ResultsStore
-from grader.submit.backends import Backend, BackendDown, JobState, work_command
+from grader.submit.backends import Backend, BackendDown, JobSize, JobState, work_command
 from grader.submit.feedback import reveal_after_deadlines
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
 from grader.submit.reconcile import reconcile
@@ -45,9 +46,25 @@ def job_minutes(course: Course, practical: str) -> int:
     return time_limits(load_practical(course, practical).assignment).job_minutes
 
 
+GRADER_MEMORY_MB = 1024  # the grader's own process beside a launch: the witness, the reference computations
+
+
+def job_size(course: Course, practical: str, world_size: int | None = None) -> JobSize:
+    """What a grading job of `practical` needs of a node: a CPU for every rank of its largest
+    launch (launches run one after another, the reference solution's between the submission's),
+    and that launch's memory cap (the sandbox's per-launch cgroup) with the grader's own."""
+    assignment = load_practical(course, practical).assignment
+    runs = plan_runs(assignment, assignment.checks, GradeOptions(world_size=world_size))
+    return JobSize(cpus=max((run.layout.world_size for run in runs), default=1), memory_mb=Limits().job_memory_mb + GRADER_MEMORY_MB)
+
+
 def _start(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:
     if not submission.options.get("time_min"):
         submission.options["time_min"] = job_minutes(course, submission.practical)
+    if not submission.options.get("cpus") or not submission.options.get("mem_mb"):
+        size = job_size(course, submission.practical, submission.options.get("world_size"))
+        submission.options["cpus"] = submission.options.get("cpus") or size.cpus
+        submission.options["mem_mb"] = submission.options.get("mem_mb") or size.memory_mb
     log = queue.store.root / "logs" / f"{submission.key}.log"
     queue.store.staff_folder(log.parent)
     try:
@@ -79,6 +96,23 @@ def _start_when_free(queue: Queue, submission: Submission, course: Course, backe
         submission.note(WAITING_FOR_SLOT)
         queue.save(submission)
     return WAITING_FOR_SLOT
+
+
+def progress(submission: Submission, backend: Backend | None) -> str:
+    """Where a queued submission stands, from its scheduler's own state where a job is on it:
+    "queued …", "running …", or "ended … (the next dispatch settles it)"."""
+    last = submission.history[-1].split(" ", 1)[-1] if submission.history else ""
+    if submission.state != "dispatched" or not submission.job or backend is None:
+        return f"queued ({last})" if last else "queued"
+    try:
+        state = backend.state(submission.job)
+    except BackendDown as exc:
+        return f"dispatched as job {submission.job} (the scheduler does not answer: {exc})"
+    if state is JobState.PENDING:
+        return f"queued in {backend.name} as job {submission.job}"
+    if state is JobState.RUNNING:
+        return f"running as job {submission.job}"
+    return f"job {submission.job} ended {state.value} without a result yet (the next dispatch settles it)"
 
 
 def settle(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:

@@ -38,8 +38,8 @@ UNDECIDED = "recorded; grading starts when the cluster answers"
 
 
 def job_arguments(options: dict) -> list[str]:
-    """`options` (gpus, partition, time_min) as command-line options of `hook receive`."""
-    names = {"gpus": "--gpus", "partition": "--partition", "time_min": "--time"}
+    """`options` (gpus, partition, time_min, cpus, mem_mb) as command-line options of `hook receive`."""
+    names = {"gpus": "--gpus", "partition": "--partition", "time_min": "--time", "cpus": "--cpus", "mem_mb": "--mem"}
     return [part for key, flag in names.items() if options.get(key) for part in (flag, str(options[key]))]
 
 
