@@ -71,6 +71,7 @@ from grader.store import ResultsStore, StoreError
 from grader.submit import hook
 from grader.submit.backends import Backend, LocalBackend, SlurmBackend
 from grader.submit.dispatch import dispatch, inbox, job_minutes, progress, settle, wait
+from grader.submit.problems import open_problems
 from grader.submit.queue import Queue, Submission
 from grader.submit.regrade import Selection, regrade
 from grader.submit.worker import work
@@ -674,6 +675,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         graded_at = entry.provenance.get("graded_at", "?")
         outcome = "failed (an autograder error; staff will regrade)" if autograder_error_of(entry.document) else "graded"
         _say(f"{entry.student:<16} {entry.practical:<5} {entry.commit[:10]:<10} {scores.total:>6g}/{maximum:<6} {outcome} {graded_at}")
+    for problem in open_problems(store):
+        _say(f"PROBLEM on {problem.node}, {problem.count} submission(s) since {problem.first_seen}: {problem.message}", sys.stderr)
+        _say("  fix it, then: python -m grader regrade --results-dir DIR --errors", sys.stderr)
     backends: dict[str, Backend] = {}
     for submission in Queue(store).pending():
         if args.student in (None, submission.student):

@@ -18,8 +18,11 @@ from grader.submit import hook
 from grader.submit.backends import FakeBackend, JobSize, JobState, LocalBackend, SlurmBackend
 from grader.submit.dispatch import WAITING_FOR_SLOT, dispatch, job_size, progress
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
-from grader.submit.worker import extract, store_failure, work
-from helpers import ROOT, git, needs, run_cli, sandbox_problem
+from grader.run.sandbox import SandboxMissing, open_sandbox
+from grader.submit.problems import open_problems
+from grader.submit.regrade import Selection, regrade
+from grader.submit.worker import extract, lasting_problem, store_failure, work
+from helpers import ROOT, copy_course, git, needs, run_cli, sandbox_problem
 
 COURSE = load_course(ROOT)
 COMMIT = "c0ffee1234"
@@ -172,6 +175,7 @@ def test_a_submission_too_large_to_take_is_graded_as_not_run_not_as_an_autograde
     assert "not run: the submission holds more than 50 MiB" in document["output"]
 
 
+@needs("sandbox", sandbox_problem())
 def test_a_worker_that_cannot_find_the_submission_retries_then_records_an_autograder_error(store: ResultsStore, tmp_path: Path) -> None:
     queue = Queue(store)
     queue.add(folder_submission(tmp_path / "gone"))
@@ -486,3 +490,31 @@ def test_status_says_queued_running_graded_or_failed_from_the_jobs_own_state(sto
     assert lines["erin"].startswith("0/0 failed (an autograder error; staff will regrade)")
     running.job = "local-999999999"  # the job is gone, no result yet
     assert progress(running, LocalBackend()) == "job local-999999999 ended UNKNOWN without a result yet (the next dispatch settles it)"
+
+
+def test_a_failure_no_retry_can_mend_is_recorded_at_once_and_reported_to_staff_once(store: ResultsStore, tmp_path: Path) -> None:
+    course = copy_course(tmp_path / "course")
+    spec = course / "assignments" / "p6" / "assignment.yaml"
+    spec.write_text(spec.read_text() + "surprise: 1\n")  # a staff mistake: the spec no longer loads
+    broken = load_course(course)
+    queue = Queue(store)
+    for student in ("alice", "bob"):
+        queue.add(folder_submission(tmp_path, student))
+    first = work(store, broken, f"alice--p6--{COMMIT}")
+    assert first.startswith("not graded: the practical cannot be loaded: ") and first.endswith("not retried: no retry can mend it) and the problem is reported to staff")
+    assert work(store, broken, f"bob--p6--{COMMIT}").endswith("the problem is known to staff already")
+    assert queue.pending() == []
+    assert "(the course staff are told and will regrade it)" in json.loads(store.path_for("bob", "p6", COMMIT).read_text())["extra_data"]["autograder_error"]
+    status = run_cli("status", "--results-dir", str(store.root))
+    (problem,) = [line for line in status.stderr.splitlines() if line.startswith("PROBLEM")]
+    assert "2 submission(s) since" in problem and "the practical cannot be loaded" in problem
+    assert "fix it, then: python -m grader regrade --results-dir DIR --errors" in status.stderr
+    regrade(store, broken, Selection(errors=True), "fake")  # after the fix: the list is cleared
+    assert open_problems(store) == []
+
+
+def test_a_node_without_bubblewrap_is_a_lasting_problem(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    missing = open_sandbox()
+    assert isinstance(missing, SandboxMissing) and missing == "bubblewrap (bwrap) is not installed; on Debian/Ubuntu: apt-get install bubblewrap"
+    assert lasting_problem(COURSE, "p6") == f"official grading needs the sandbox, and this node has none: {missing}"

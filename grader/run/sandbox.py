@@ -306,25 +306,30 @@ def _works(sandbox: Sandbox) -> str | None:
     return None if process.returncode == 0 else (stderr.strip().splitlines() or ["no output"])[-1][:300]
 
 
+class SandboxMissing(str):
+    """Why this machine has no sandbox at all (not a passing shortage, such as every uid of the
+    pool in use): grading here cannot succeed until staff fix the machine."""
+
+
 def open_sandbox(limits: Limits | None = None, python: str = sys.executable) -> Sandbox | str:
     """A ready sandbox (with a leased uid), or the reason there cannot be one here."""
     if not sys.platform.startswith("linux"):
-        return f"bubblewrap needs Linux (this is {sys.platform})"
+        return SandboxMissing(f"bubblewrap needs Linux (this is {sys.platform})")
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        return "bubblewrap (bwrap) is not installed; on Debian/Ubuntu: apt-get install bubblewrap"
+        return SandboxMissing("bubblewrap (bwrap) is not installed; on Debian/Ubuntu: apt-get install bubblewrap")
     for tool in ("prlimit", "setpriv"):
         if shutil.which(tool) is None:
-            return f"{tool} (util-linux) is not installed"
+            return SandboxMissing(f"{tool} (util-linux) is not installed")
     prefixes = sorted({sys.prefix, sys.base_prefix, str(Path(python).resolve().parent.parent)} - {"/usr"})
     hidden = [p for p in prefixes if any(Path(p).resolve().is_relative_to(place) for place in SCRATCH_MOUNTS)]
     if hidden:
-        return f"the Python environment ({', '.join(hidden)}) is under /tmp or /dev/shm, which the sandbox replaces by its own: put the repository (and its .venv) elsewhere"
+        return SandboxMissing(f"the Python environment ({', '.join(hidden)}) is under /tmp or /dev/shm, which the sandbox replaces by its own: put the repository (and its .venv) elsewhere")
     drop = os.geteuid() == 0
     if drop:
         unreadable = [p for p in prefixes if not _readable_by_others(p)]
         if unreadable:
-            return f"the Python environment ({', '.join(unreadable)}) cannot be read by the sandbox's unprivileged user; install it in a world-readable place (scripts/setup.sh uses the system Python)"
+            return SandboxMissing(f"the Python environment ({', '.join(unreadable)}) cannot be read by the sandbox's unprivileged user; install it in a world-readable place (scripts/setup.sh uses the system Python)")
     if drop:
         _sweep_stale_mounts()
     lease = _lease_uid() if drop else (os.getuid(), None)
@@ -335,5 +340,5 @@ def open_sandbox(limits: Limits | None = None, python: str = sys.executable) -> 
     problem = _works(sandbox)
     if problem:
         sandbox.release()
-        return f"bubblewrap cannot start a sandbox here (are unprivileged user namespaces allowed?): {problem}"
+        return SandboxMissing(f"bubblewrap cannot start a sandbox here (are unprivileged user namespaces allowed?): {problem}")
     return sandbox

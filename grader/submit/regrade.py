@@ -14,6 +14,7 @@ from grader import __version__
 from grader.course import Course
 from grader.results.gradescope import autograder_error_of
 from grader.store import Entry, ResultsStore
+from grader.submit.problems import clear_problems
 from grader.submit.queue import Queue, Submission
 from grader.submit.worker import spec_digest
 
@@ -49,8 +50,11 @@ class Regraded:
 
 
 def regrade(store: ResultsStore, course: Course, selection: Selection, backend: str) -> list[Regraded]:
-    """Queue every selected result again."""
+    """Queue every selected result again (with `errors`, the problems staff were told of are
+    taken as fixed: their list is cleared)."""
     queue, done = Queue(store), []
+    if selection.errors:
+        clear_problems(store)
     for entry in list(store.entries()):
         if entry.practical not in course.practicals or not selection.matches(entry, course):
             continue

@@ -2,7 +2,9 @@
 take the submission out of git (or the inbox), grade it officially (sandbox required), and
 store the results with their provenance. A failure of the grader itself leaves the record
 queued for a retry, up to MAX_ATTEMPTS; after that an autograder-error result is stored, so
-no accepted submission ends without a result."""
+no accepted submission ends without a result. A failure that no retry can mend (this node has
+no sandbox, the practical does not load) is not retried: the autograder error is stored at
+once and the problem is reported to staff once (grader/submit/problems.py)."""
 from __future__ import annotations
 
 import datetime
@@ -18,17 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import __version__
-from grader.course import Course, load_practical
+from grader.course import Course, CourseError, load_practical
 from grader.grade.pipeline import GradeOptions
 from grader.grade.session import grade_folder
 from grader.observe.views import write_views
 from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport
+from grader.run.sandbox import SandboxMissing, open_sandbox
 from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, remove_tree
+from grader.spec import SpecError
 from grader.store import ResultsStore
 from grader.submit.backends import LOG_MODE
 from grader.submit.gitenv import git_free_environment
 from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed, publish
+from grader.submit.problems import report_problem
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
 GIT_ARCHIVE_S = 120  # taking a commit's files out of git
@@ -183,6 +188,21 @@ def store_failure(store: ResultsStore, submission: Submission, course: Course, m
     return store.save(to_gradescope(report), provenance(submission, course, report))
 
 
+def lasting_problem(course: Course, practical: str) -> str | None:
+    """Why no submission of `practical` can be graded on this node until staff act (None when
+    one can): the practical does not load, or the node has no sandbox at all."""
+    try:
+        load_practical(course, practical)
+    except (CourseError, SpecError) as exc:
+        return f"the practical cannot be loaded: {exc}"
+    sandbox = open_sandbox()
+    if isinstance(sandbox, SandboxMissing):
+        return f"official grading needs the sandbox, and this node has none: {sandbox}"
+    if not isinstance(sandbox, str):
+        sandbox.release()
+    return None
+
+
 def work(store: ResultsStore, course: Course, key: str) -> str:
     """Grade the queued submission `key`; return what happened, in a few words."""
     queue = Queue(store)
@@ -193,6 +213,13 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     if store.has(submission.student, submission.practical, submission.commit):
         queue.remove(key)
         return "graded already"
+    problem = lasting_problem(course, submission.practical)
+    if problem:
+        report = GradingReport.failure(submission.practical, f"{problem} (the course staff are told and will regrade it)")
+        store.save(to_gradescope(report), provenance(submission, course, report))
+        queue.remove(key)
+        new = report_problem(store, problem, platform.node(), key, now())
+        return f"not graded: {problem}; an autograder error is recorded (not retried: no retry can mend it) and the problem is {'reported to staff' if new else 'known to staff already'}{deliver(store, course, submission, report)}"
     practical = load_practical(course, submission.practical)
     scratch = Path(tempfile.mkdtemp(prefix="grader-work-"))
     try:
