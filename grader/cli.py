@@ -71,6 +71,7 @@ from grader.store import ResultsStore, StoreError
 from grader.submit import hook
 from grader.submit.backends import Backend, LocalBackend, SlurmBackend
 from grader.submit.dispatch import dispatch, inbox, job_minutes, progress, settle, wait
+from grader.submit.feedback import stored_feedback
 from grader.submit.problems import open_problems
 from grader.submit.queue import Queue, Submission
 from grader.submit.regrade import Selection, regrade
@@ -206,6 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     su.add_argument("--commit", help="the submission's version (default: a digest of its files)")
     su.add_argument("--world-size", type=_positive_int, help="one run of N ranks instead of the spec's runs")
     su.add_argument("--wait", action="store_true", help="wait for the result and show it")
+    su.add_argument("--markdown", type=Path, help="with --wait: append the student's view of the result here (e.g. $GITHUB_STEP_SUMMARY)")
 
     d = commands.add_parser("dispatch", help="start queued gradings, watch running ones, retry failed ones")
     backend_options(d, job_options=False)
@@ -610,6 +612,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     scores = read_scores(read_document(path) or {})
     _say(f"graded: {scores.total:g} points; {', '.join(f'{c} {s:g}' for c, s in scores.checks.items())}")
     print(f"results: {path}")
+    entry = store.entry(submission.student, submission.practical, submission.commit)
+    if args.markdown is not None and entry is not None:
+        with open(args.markdown, "a", encoding="utf-8") as handle:
+            handle.write(stored_feedback(entry, course.policy, datetime.datetime.now(datetime.timezone.utc)))
     return 0
 
 

@@ -122,10 +122,13 @@ def test_the_same_commit_submitted_twice_is_graded_once(slurm: Slurm) -> None:
     first = slurm.submit(store, "eager", folder, "--world-size", "2", "--commit", "abc1234")
     assert first.startswith("queued p6 for eager @abc1234: started as job")
     assert slurm.submit(store, "eager", folder, "--world-size", "2", "--commit", "abc1234") == "p6 for eager @abc1234: already queued"
-    done = slurm.cli("submit", "p6", str(folder), "--results-dir", str(store), "--backend", "slurm", "--student", "eager", "--commit", "abc1234", "--world-size", "2", "--wait")
+    summary = slurm.folder / "summary.md"  # as $GITHUB_STEP_SUMMARY in .github/workflows/grade-on-cluster.yml
+    done = slurm.cli("submit", "p6", str(folder), "--results-dir", str(store), "--backend", "slurm", "--student", "eager", "--commit", "abc1234", "--world-size", "2", "--wait", "--markdown", str(summary))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[0] == "p6 for eager @abc1234: already queued"
     assert "graded: 18 points" in done.stdout
+    shown = summary.read_text()  # the student's view: the feedback branch's text
+    assert "**Score: 14 / 14 " in shown and "1 more check(s) are shown after the deadline" in shown and shown.endswith("Graded commit: abc1234\n") and "sandbox" not in shown
     graded = store / "eager" / "p6" / "abc1234.json"
     before = graded.stat().st_mtime_ns
     assert slurm.submit(store, "eager", folder, "--world-size", "2", "--commit", "abc1234") == "p6 for eager @abc1234: graded"

@@ -27,7 +27,7 @@ from grader.policy import CoursePolicy, parse_time
 from grader.results.gradescope import read_report
 from grader.results.model import GradingReport
 from grader.results.render import markdown
-from grader.store import ResultsStore
+from grader.store import Entry, ResultsStore
 from grader.submit.gitenv import git_free_environment
 
 BRANCH = "refs/heads/feedback"
@@ -116,10 +116,22 @@ def reveal_after_deadlines(store: ResultsStore, policy: CoursePolicy, moment: da
     return done
 
 
+def feedback_text(report: GradingReport, commit: str, after_deadline: bool, notes: tuple[str, ...] = ()) -> str:
+    """The student's view of `report` as markdown, naming the graded commit."""
+    return markdown(student_view(report, after_deadline, notes)) + f"\nGraded commit: {commit}\n"
+
+
+def stored_feedback(entry: Entry, policy: CoursePolicy, moment: datetime.datetime) -> str:
+    """The student's view of a stored result at `moment`, as markdown (what the feedback
+    branch holds for it, e.g. for a GitHub job summary or a comment on the commit)."""
+    notes = lateness_note(policy, entry.student, entry.practical, str(entry.provenance.get("submitted_at", "")))
+    return feedback_text(read_report(entry.document), entry.commit, deadline_passed(policy, entry.student, entry.practical, moment), notes)
+
+
 def publish(repo: Path, practical: str, commit: str, report: GradingReport, after_deadline: bool = False, notes: tuple[str, ...] = ()) -> str:
     """Commit the student's view of `report` to the repository's feedback branch; returns the
     feedback commit's id. RuntimeError when git refuses."""
-    text = markdown(student_view(report, after_deadline, notes)) + f"\nGraded commit: {commit}\n"
+    text = feedback_text(report, commit, after_deadline, notes)
     env = {**git_free_environment(), "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost", "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost"}
     blob = _git(repo, "hash-object", "-w", "--stdin", env=env, stdin=text)
     for _ in range(ATTEMPTS):
