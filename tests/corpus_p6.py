@@ -264,8 +264,4 @@ CORPUS = tuple(replace(c, loses=c.loses | BY_DESIGN[c.name][0]) if c.name in BY_
 
 # Cases whose expectation follows the requirement but the grader disagrees (grader defects, seen
 # with bench/corpus.py): case -> what the grader does.
-DISAGREEMENTS: dict[str, str] = {
-    "distributed_sampler_shuffled_set_epoch": "batch_shard, grad_sync, params_sync fail: the witness follows "
-    "DistributedSampler's shuffle only with seed 0 and epoch 0 ('rank 0 and the grader's witness both fed rows ...')",
-    "distributed_sampler_shuffled_script_seed": "as distributed_sampler_shuffled_set_epoch",
-}
+DISAGREEMENTS: dict[str, str] = {}  # none open: a DistributedSampler shuffling each step (set_epoch) or with the script's seed is followed now

@@ -186,11 +186,12 @@ UNUSUAL_VARIANTS = (
         frozenset(),
     ),
     Variant(
-        "static_graph_bucket_views_tiny_buckets_a_shuffling_sampler_then_a_barrier",
+        "static_graph_bucket_views_tiny_buckets_a_sampler_of_the_scripts_seed_shuffling_each_step_then_a_barrier",
         (
             (SCRIPT, WRAP, WRAP.replace("else None)", "else None, static_graph=True, gradient_as_bucket_view=True, bucket_cap_mb=0.001)")),
             (SCRIPT, "    dist.destroy_process_group()", "    dist.barrier()  # wait for every rank before leaving\n    dist.destroy_process_group()"),
-            (SCRIPT, SHARD, SAMPLED.format(shuffle="")),  # DistributedSampler's default shuffle: disjoint shards all the same
+            # DistributedSampler seeded with the script's seed, a new shuffle each step (set_epoch): disjoint shards all the same
+            (SCRIPT, SHARD, SAMPLED.format(shuffle="seed=seed, ").replace("    x, y = next(", "    sampler.set_epoch(step)\n    x, y = next(")),
             (SCRIPT, "import os\n", "import os\n\nfrom torch.utils.data import DataLoader, DistributedSampler, TensorDataset\n"),
         ),
         frozenset(),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.probe.events import AllReduce, AllReduceCall, Backward, DdpArgs, DdpForward, Exit, Forward, InitPg, Optimizer, to_json
+from grader.probe.events import AllReduce, AllReduceCall, Backward, DdpArgs, DdpForward, Exit, InitPg, Optimizer, to_json
 from grader.probe.witness import SHARD_LAYOUTS, GaveUp, PeerRecords, explain, layout_of, mirror_all_reduce, peer_ddp_args, shard_rows
 
 OPTIONS = DdpArgs(t=0.1, seq=2, step=0, find_unused_parameters=True, static_graph=False, gradient_as_bucket_view=False, bucket_cap_mb=0.5)
@@ -93,15 +93,20 @@ def test_the_witness_takes_its_shard_the_way_rank_0s_first_pass_shows() -> None:
     assert layout_of((sums[7], sums[3]), sums, 64, 3) == "contiguous"  # a split of its own: the gradients will tell
 
 
-def test_rank_0s_first_rows_are_read_ahead_and_what_came_before_them_is_still_taken(tmp_path: Path) -> None:
-    forward = DdpForward(t=0.1, seq=1, step=0, sync=True)
-    call = AllReduceCall(t=0.15, seq=2, step=0, shape=(1,), dtype="float32", op="SUM", default_group=True)
-    inner = Forward(t=0.2, seq=3, step=0, dur=0.01, module="Linear", name="0", label="Linear", role=None, depth=1, call=1, has_params=True, replica=False, inputs=(), devices=None)
-    model = Forward(t=0.2, seq=4, step=0, dur=0.02, module="DistributedDataParallel", name=None, label="DDP", role="model", depth=0, call=1, has_params=True, replica=False, inputs=(), devices=None, rows=(1.5, -2.0))
-    records = PeerRecords(str(lines(tmp_path / "r0", *(to_json(e) for e in (forward, call, inner, model)))))
-    assert records.next((DdpForward, AllReduceCall), wait_s=1.0) == forward
-    assert records.first_rows(wait_s=1.0, keep=(DdpForward, AllReduceCall, Optimizer)) == (1.5, -2.0)
-    assert records.next((DdpForward, AllReduceCall), wait_s=1.0) == call
-    ended = PeerRecords(str(lines(tmp_path / "r1", to_json(Exit(t=0.3, seq=5, step=0, how="returned", code=0)))))
-    assert ended.first_rows(wait_s=1.0, keep=(Exit,)) is None
-    assert isinstance(ended.next((Exit,), wait_s=0.05), Exit)  # put back for the witness's own loop
+def test_a_samplers_own_seed_and_a_new_shuffle_in_every_step_are_followed() -> None:
+    """DistributedSampler(seed=s) shuffles with s + epoch: the witness finds the shuffle from
+    rank 0's rows in each step, whether the seed is the script's, one of its own or the epoch's."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    sums = [float(row) * 1.5 for row in range(64)]
+    for seed, epoch in ((1234, 0), (1234, 2), (42, 0), (0, 1)):
+        taken = {}
+        for rank in range(3):
+            sampler = DistributedSampler(range(64), num_replicas=3, rank=rank, seed=seed, drop_last=True)
+            sampler.set_epoch(epoch)
+            taken[rank] = list(sampler)
+        key = seed + epoch
+        assert taken == {rank: shard_rows(f"sampler:{key}", 64, 3, rank) for rank in range(3)}
+        first = tuple(sums[row] for row in taken[0][:5])
+        assert layout_of(first, sums, 64, 3, seed=1234, step=epoch, previous=None if epoch == 0 else f"sampler:{key - 1}") == f"sampler:{key}"
+    assert shard_rows("sampler", 64, 3, 1) == shard_rows("sampler:0", 64, 3, 1)

@@ -212,8 +212,11 @@ def shard_problems(run: JobResult, batches: Sequence[Sequence[float]], want: int
     world = run.layout.world_size
     owners: dict[int, dict[int, str]] = {}
     if run.spec.witness is not None:
-        layout = run.witness.layout if isinstance(run.witness, WitnessReport) else "contiguous"
-        owners = {step: dict.fromkeys(shard_rows(layout, len(batch), world, world - 1), f"the grader's witness (rank {world - 1})") for step, batch in enumerate(batches)}
+        witness = run.witness if isinstance(run.witness, WitnessReport) else None
+        owners = {
+            step: dict.fromkeys(shard_rows(witness.layout_at(step) if witness else "contiguous", len(batch), world, world - 1), f"the grader's witness (rank {world - 1})")
+            for step, batch in enumerate(batches)
+        }
     problems = []
     for rank in run.ranks:
         for step, sums in sorted(fed_rows(rank).items()):

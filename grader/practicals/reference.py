@@ -13,9 +13,10 @@ from grader.spec.model import RunDef
 SETTINGS = ("seed", "batch_size", "dim", "hidden", "steps", "lr")
 
 
-def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim: int, steps: int, lr: float, used: Sequence[int], **_: Any) -> Trajectory:
-    """Train `build()` (made under torch.manual_seed(seed)) with SGD on the rows `used` of every
-    global batch: x, y ~ N(0, 1) from a generator seeded with seed*1000+step, mean squared error."""
+def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim: int, steps: int, lr: float, used: Sequence[Sequence[int]], **_: Any) -> Trajectory:
+    """Train `build()` (made under torch.manual_seed(seed)) with SGD on the rows `used[step]` of
+    each step's global batch (the last entry for the steps after it): x, y ~ N(0, 1) from a
+    generator seeded with seed*1000+step, mean squared error."""
     import torch
     from torch import nn
 
@@ -32,31 +33,41 @@ def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim:
     for step in range(steps):
         x, y = global_batch(seed, step, batch_size, dim)
         batches.append(x.double().sum(1).tolist())
-        rows = torch.tensor(list(used), dtype=torch.long)
+        rows = torch.tensor(list(used[min(step, len(used) - 1)]), dtype=torch.long)
         loss = nn.functional.mse_loss(model(x[rows]), y[rows])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grads.append(values({n: p.grad for n, p in model.named_parameters()}))
         optimizer.step()
         params.append(values(dict(model.named_parameters())))
-    return Trajectory(initial=initial, grads=grads, params=params, samples=len(used), batches=batches)
+    return Trajectory(initial=initial, grads=grads, params=params, samples=len(used[0]), batches=batches)
+
+
+def sampled_rows(key: int, batch: int, world: int) -> tuple[int, ...]:
+    """The rows DistributedSampler's shuffle `key` (seed + epoch) keeps of a batch, over every rank."""
+    layout = "sampler" if key == 0 else f"sampler:{key}"
+    return tuple(sorted(row for rank in range(world) for row in shard_rows(layout, batch, world, rank)))
 
 
 def data_parallel_references(args: Mapping[str, Any], runs: Sequence[RunDef], build: Callable[[int, int], Any]) -> dict[str, tuple[Trajectory, ...]]:
     """The acceptable trajectories of each run: training on the samples that world_size equal
     shards cover (the templates drop the remainder of batch_size % world_size: the last rows;
-    DistributedSampler's shuffle drops others), and, when that is fewer than the whole batch,
-    training on the whole batch (a submission that gives every rank the full batch is wrong
-    about the split, which batch_shard reports, not about sync). `build(dim, hidden)` makes the
-    template's model for a run's widths."""
+    DistributedSampler's shuffle drops others: those of its default shuffle, of one seeded with
+    the script's seed, each with set_epoch(step) or not), and, when that is fewer than the whole
+    batch, training on the whole batch (a submission that gives every rank the full batch is
+    wrong about the split, which batch_shard reports, not about sync). `build(dim, hidden)`
+    makes the template's model for a run's widths."""
     cache: dict[tuple, Trajectory] = {}
     result = {}
     for run in runs:
         settings = {key: {**args, **run.args}[key] for key in SETTINGS}
-        batch, world = int(settings["batch_size"]), run.layout.world_size
-        shards = [tuple(range(world * (batch // world)))]
-        if len(shards[0]) < batch:
-            shards += [tuple(sorted(row for rank in range(world) for row in shard_rows("sampler", batch, world, rank))), tuple(range(batch))]
+        batch, world, steps, seed = int(settings["batch_size"]), run.layout.world_size, int(settings["steps"]), int(settings["seed"])
+        shards = [(tuple(range(world * (batch // world))),)]
+        if len(shards[0][0]) < batch:
+            for keys in ((0,), tuple(range(steps)), (seed,), tuple(seed + step for step in range(steps))):
+                shards.append(tuple(sampled_rows(key, batch, world) for key in keys))
+            shards.append((tuple(range(batch)),))
+        shards = list(dict.fromkeys(shards))
         for rows in shards:
             key = (tuple(settings.items()), rows)
             if key not in cache:

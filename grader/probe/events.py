@@ -166,10 +166,13 @@ class DdpArgs(Event):
 class DdpForward(Event):
     """A DistributedDataParallel's forward with gradients on is about to run: `sync` says
     whether its backward will all-reduce (False inside no_sync: DDP decides at forward). The
-    grader's witness mirrors it, so that its collectives pair with the ranks'."""
+    grader's witness mirrors it, so that its collectives pair with the ranks', and takes its
+    own rows by the split `rows` shows (written here, before DDP's forward: from the second step
+    on, that forward starts with a collective the witness must join before rank 0's forward ends)."""
 
     kind: ClassVar[str] = "ddp_forward"
     sync: bool
+    rows: tuple[Value, ...] | None = None  # its input, each row summed (as Forward's rows)
 
 
 @dataclass(frozen=True, kw_only=True)

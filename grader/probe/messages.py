@@ -66,7 +66,12 @@ class WitnessReport:
     grads: tuple[tuple[tuple[Value, ...], ...], ...]  # per step, per parameter (empty without `values`)
     params: tuple[tuple[Value, ...], ...]  # after the last step (empty without `values`)
     error: str | None
-    layout: str = "contiguous"  # how the witness took its shard (SHARD_LAYOUTS), as rank 0's rows showed
+    layout: str = "contiguous"  # how the witness took its shard in the first step (grader/probe/witness.py shard_rows)
+    layouts: tuple[str, ...] = ()  # in every step, as rank 0's rows showed (a sampler may shuffle anew each step)
+
+    def layout_at(self, step: int) -> str:
+        """The witness's layout in `step` (the last one known after its steps)."""
+        return self.layouts[min(step, len(self.layouts) - 1)] if self.layouts else self.layout
 
 
 WITNESS_PART_CHARS = 3000  # base64 characters per `witness` answer: a line well under PIPE_BUF

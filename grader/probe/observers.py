@@ -582,7 +582,7 @@ class Probe:
         fields = None
         try:
             if not stack and isinstance(module, DistributedDataParallel) and torch.is_grad_enabled():
-                self.emit(DdpForward, sync=bool(module.require_backward_grad_sync))
+                self.emit(DdpForward, sync=bool(module.require_backward_grad_sync), rows=self.row_sums(args))
             fields = self._call_fields(module, stack, args)
         except Exception as exc:  # noqa: BLE001
             self._failed("a forward hook", exc)

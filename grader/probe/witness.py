@@ -40,7 +40,7 @@ from collections import deque
 from contextlib import nullcontext
 from typing import Any, Callable
 
-from grader.probe.events import AllReduceCall, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Forward, Optimizer, parse_line
+from grader.probe.events import AllReduceCall, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Optimizer, parse_line
 from grader.probe.messages import WITNESS_PART_CHARS, WitnessPart, WitnessPlan, WitnessReport, WitnessStage, answer_line, witness_report_line
 from grader.probe.typed import clip
 
@@ -69,34 +69,64 @@ def global_batch(seed: int, step: int, batch_size: int, dim: int) -> Any:
 
 SHARD_LAYOUTS = ("contiguous", "strided", "sampler")
 LAYOUT_MATCH_ROWS = 4  # of rank 0's first pass, compared with each layout's rows for rank 0
+SAMPLER_SEARCH = 4096  # DistributedSampler shuffles (seed + epoch) below this are tried when the usual ones do not fit
+
+
+def sampler_key(layout: str) -> int | None:
+    """The shuffle (DistributedSampler's seed + epoch) of a "sampler" or "sampler:K" layout."""
+    if layout == "sampler":
+        return 0
+    name, _, key = layout.partition(":")
+    return int(key) if name == "sampler" and key.isdigit() and len(key) <= 18 else None
 
 
 def shard_rows(layout: str, batch: int, world: int, rank: int) -> list[int]:
     """The rows of the global batch a rank keeps when the ranks split it `layout`'s way:
     "contiguous" (the templates' TODO: shard rows from rank * shard), "strided" (as
-    DistributedSampler(shuffle=False) does: every world-th row from the rank's number) or
+    DistributedSampler(shuffle=False) does: every world-th row from the rank's number),
     "sampler" (DistributedSampler's default: a shuffle seeded 0, epoch 0, the remainder
-    dropped). Any of them is a right split; the witness takes its rows the ranks' way."""
+    dropped) or "sampler:K" (its shuffle with seed + epoch = K: `seed=` given, or `set_epoch`).
+    Any of them is a right split; the witness takes its rows the ranks' way."""
     shard = batch // world
     if layout == "strided":
         return list(range(rank, shard * world, world))
-    if layout == "sampler":
+    key = sampler_key(layout)
+    if key is not None:
         import torch
 
-        return torch.randperm(batch, generator=torch.Generator().manual_seed(0)).tolist()[: shard * world][rank::world]
+        return torch.randperm(batch, generator=torch.Generator().manual_seed(key)).tolist()[: shard * world][rank::world]
     return list(range(rank * shard, (rank + 1) * shard))
 
 
-def layout_of(first_rows: tuple[float, ...] | None, row_sums: list[float], batch: int, world: int) -> str:
-    """The layout whose rows for rank 0 begin with the rows rank 0's first training pass fed
-    (`first_rows`, each summed as the recorder sums them; `row_sums`, the grader's sums of that
-    step's batch); "contiguous" when none does or the records hold no rows."""
-    if first_rows:
-        seen = first_rows[:LAYOUT_MATCH_ROWS]
-        for layout in SHARD_LAYOUTS:
-            expected = [row_sums[i] for i in shard_rows(layout, batch, world, 0)[: len(seen)]]
-            if len(expected) == len(seen) and all(abs(a - b) <= 1e-9 * (1 + abs(b)) for a, b in zip(seen, expected)):
-                return layout
+def sampler_keys(seed: int, step: int, previous: int | None = None, search: bool = True) -> list[int]:
+    """The shuffles to try for a step, likeliest first: one more than the last step's
+    (set_epoch(step)), the same, the default, the step, the script's seed (DistributedSampler(
+    seed=seed)) and with the step added; then, with `search`, every small one."""
+    usual = ([previous + 1, previous] if previous is not None else []) + [0, step, seed, seed + step]
+    return list(dict.fromkeys([*usual, *(range(SAMPLER_SEARCH) if search else ())]))
+
+
+def layout_of(first_rows: tuple[float, ...] | None, row_sums: list[float], batch: int, world: int, seed: int = 0, step: int = 0, previous: str | None = None) -> str:
+    """The layout whose rows for rank 0 begin with the rows rank 0's first training pass of the
+    step fed (`first_rows`, each summed as the recorder sums them, from its DdpForward record; `row_sums`, the grader's sums
+    of that step's batch); `previous`, the last step's; "contiguous" when none does or the
+    records hold no rows."""
+    if not first_rows:
+        return "contiguous"
+    seen = first_rows[:LAYOUT_MATCH_ROWS]
+
+    def fits(layout: str) -> bool:
+        expected = [row_sums[i] for i in shard_rows(layout, batch, world, 0)[: len(seen)]]
+        return len(expected) == len(seen) and all(abs(a - b) <= 1e-9 * (1 + abs(b)) for a, b in zip(seen, expected))
+
+    for layout in ("contiguous", "strided"):
+        if fits(layout):
+            return layout
+    # the wide search only on LAYOUT_MATCH_ROWS rows: on fewer, one of thousands of shuffles fits by chance
+    for key in sampler_keys(seed, step, sampler_key(previous) if previous else None, search=len(seen) >= LAYOUT_MATCH_ROWS):
+        layout = "sampler" if key == 0 else f"sampler:{key}"
+        if fits(layout):
+            return layout
     return "contiguous"
 
 
@@ -172,7 +202,6 @@ class PeerRecords:
         self.done = 0  # bytes of whole lines already read
         self.fd: int | None = None
         self.pending: deque[bytes] = deque()
-        self.put_back: deque[Any] = deque()  # events read ahead, to be taken first
         self.wakeups = Wakeups(os.path.dirname(path) or ".")
 
     def _more(self) -> None:
@@ -194,10 +223,6 @@ class PeerRecords:
         came within `wait_s`."""
         names = [kind.kind.encode() for kind in kinds]
         deadline = time.monotonic() + wait_s
-        while self.put_back:
-            event = self.put_back.popleft()
-            if isinstance(event, kinds):
-                return event
         while True:
             while self.pending:
                 line = self.pending.popleft()
@@ -215,25 +240,6 @@ class PeerRecords:
             self._more()
             if not self.pending:
                 self.wakeups.wait(deadline - now)
-
-    def first_rows(self, wait_s: float, keep: tuple[type, ...]) -> tuple[float, ...] | None:
-        """The rows (summed) of rank 0's first training pass of the model, read ahead: the
-        events of `keep` met before it are put back, to be taken in order; None when the pass
-        ends without rows recorded or something else (an end) comes first."""
-        ahead = []
-        try:
-            while True:
-                event = self.next((Forward, *keep), wait_s)
-                if not isinstance(event, Forward):
-                    if event is not None:
-                        ahead.append(event)
-                    if event is None or isinstance(event, (Exit, EndState, Optimizer)):
-                        return None
-                    continue
-                if event.role == "model":
-                    return event.rows
-        finally:
-            self.put_back.extendleft(reversed(ahead))
 
     def close(self) -> None:
         self.wakeups.close()
@@ -319,7 +325,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
-    seen: dict[str, Any] = {"options": {}, "allreduces": [], "ends": [], "grads": [], "names": (), "params": (), "layout": "contiguous"}
+    seen: dict[str, Any] = {"options": {}, "allreduces": [], "ends": [], "grads": [], "names": (), "params": (), "layouts": []}
 
     def report(error: str | None) -> WitnessReport:
         return WitnessReport(
@@ -331,7 +337,8 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
             grads=tuple(seen["grads"]),
             params=tuple(seen["params"]),
             error=clip(error, 2000) if error else None,
-            layout=seen["layout"],
+            layout=seen["layouts"][0] if seen["layouts"] else "contiguous",
+            layouts=tuple(seen["layouts"]),
         )
 
     if plan.model not in MODELS:
@@ -373,12 +380,17 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
         fed = {"to": 0}  # rows of the shard fed in this step so far
         own: dict[str, Any] = {}  # the witness's rows of every batch, once rank 0's first pass shows the split
 
-        def forward(sync: bool) -> None:
-            x, y = global_batch(plan.seed, len(seen["ends"]), plan.batch_size, plan.dim)
-            if "rows" not in own:
-                first = records.first_rows(plan.wait_s, (DdpForward, Optimizer, AllReduceCall, Exit, EndState))
-                seen["layout"] = layout_of(first, x.double().sum(1).tolist(), plan.batch_size, plan.world_size)
-                own["rows"] = torch.tensor(shard_rows(seen["layout"], plan.batch_size, plan.world_size, rank), dtype=torch.long)
+        def forward(sync: bool, first: tuple[float, ...] | None) -> None:
+            step = len(seen["ends"])
+            x, y = global_batch(plan.seed, step, plan.batch_size, plan.dim)
+            if len(seen["layouts"]) <= step:  # the step's first pass: which rows are the witness's
+                last = seen["layouts"][-1] if seen["layouts"] else None
+                if last is None or sampler_key(last) is not None:  # a sampler may shuffle anew in every step (set_epoch)
+                    layout = layout_of(first, x.double().sum(1).tolist(), plan.batch_size, plan.world_size, plan.seed, step, last)
+                    if layout != last:
+                        own["rows"] = torch.tensor(shard_rows(layout, plan.batch_size, plan.world_size, rank), dtype=torch.long)
+                    last = layout
+                seen["layouts"].append(last)
             upto = piece_ends[-1] if sync or len(passes) >= len(piece_ends) else piece_ends[len(passes)]
             mine = own["rows"][fed["to"] : max(upto, fed["to"])]
             fed["to"] = max(upto, fed["to"])
@@ -401,7 +413,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
         def take(event: DdpForward | AllReduceCall | Optimizer) -> None:
             """Do as rank 0 recorded: a forward pass, an all-reduce of its own, an optimizer step."""
             if isinstance(event, DdpForward):
-                forward(event.sync)
+                forward(event.sync, event.rows)
             elif isinstance(event, AllReduceCall):
                 mirror_all_reduce(event)
             else:
