@@ -64,9 +64,25 @@ HINTS = {
 }
 
 
+EMULATION = "grader/probe/"  # where the grader's own code inside the ranks lives (virtual GPUs, the recorder)
+
+
+def raised_in_the_grader(exc: ExceptionInfo) -> bool:
+    """Whether the innermost frame of the exception is the grader's code inside the rank (the
+    virtual-GPU emulation), not torch's and not the student's."""
+    frame = exc.library_frame
+    return frame is not None and EMULATION in frame.file.replace("\\", "/")
+
+
 def describe_exception(exc: ExceptionInfo) -> str:
     message = exc.message.strip().splitlines()
     first = message[0][:300] if message else ""
+    if raised_in_the_grader(exc):
+        frame = exc.library_frame
+        assert frame is not None
+        inner = frame.file.replace("\\", "/").split(EMULATION, 1)[1]
+        return (f"{exc.type}: {first} — raised inside the grader's virtual-GPU emulation ({inner}:{frame.line} in {frame.func}), not by torch, "
+                f"while running your line{_where(exc)}: if that line is right on a real GPU, this is the grader's fault; tell the course staff")
     hint = next((f" — {text}" for prefix, text in HINTS.items() if first.startswith(prefix)), "")
     return f"{exc.type}: {first}{_where(exc)}{hint}"
 

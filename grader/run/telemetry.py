@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import statistics
 import threading
-from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 MIB = 2**20
