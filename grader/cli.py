@@ -506,7 +506,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     course, table = _counted(args)
     found = _similar(course, table, args.results_dir, args.threshold)
     page = render_html(course.title or "Course", class_stats(table, found), notes=found.left_out)
-    write_atomically(args.out, page)
+    write_atomically(args.out, page, mode=0o640)  # the staff's, as the store is
     print(f"class report of {len(table)} students written to {args.out}")
     return 0
 

@@ -20,7 +20,7 @@ from typing import Iterable
 
 from grader.policy import CoursePolicy, Lateness, parse_time
 from grader.results.escape import spreadsheet_cell
-from grader.results.gradescope import Scores, read_scores
+from grader.results.gradescope import Scores, autograder_error_of, read_scores
 from grader.store import Entry, ResultsStore
 
 EPOCH = "1970-01-01T00:00:00+00:00"
@@ -56,8 +56,10 @@ def submitted_at(entry: Entry) -> datetime.datetime:
 
 
 def choose(entries: list[Entry], policy: CoursePolicy = CoursePolicy()) -> Chosen:
-    """The submission that counts among one student's submissions of one practical."""
-    timed = sorted(entries, key=submitted_at)
+    """The submission that counts among one student's submissions of one practical (an
+    autograder error only when there is nothing else: it is no verdict on the work)."""
+    graded = [entry for entry in entries if not autograder_error_of(entry.document)]
+    timed = sorted(graded or entries, key=submitted_at)
     student, practical = timed[0].student, timed[0].practical
     judged = [(entry, policy.judge(student, practical, submitted_at(entry))) for entry in timed]
     on_time = [pair for pair in judged if not pair[1].late]
@@ -107,7 +109,7 @@ def write_grades(table: dict[str, dict[str, Chosen]], path: Path) -> None:
     top = maxima(table)
     header = ["student"]
     for p in practicals:
-        header += [f"{p}.commit", f"{p}.score", f"{p}.max", *(f"{p}.{c}" for c in checks[p]), f"{p}.late", f"{p}.days_late", f"{p}.policy", f"{p}.total", f"{p}.later_submissions"]
+        header += [f"{p}.commit", f"{p}.score", f"{p}.max", *(f"{p}.{c}" for c in checks[p]), f"{p}.late", f"{p}.days_late", f"{p}.policy", f"{p}.total", f"{p}.later_submissions", f"{p}.autograder_error"]
     header += ["total", "max"]
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -118,13 +120,14 @@ def write_grades(table: dict[str, dict[str, Chosen]], path: Path) -> None:
             for p in practicals:
                 chosen = row.get(p)
                 if chosen is None:
-                    line += ["", "", f"{top[p]:g}", *([""] * len(checks[p])), "", "", "not submitted", "0", ""]
+                    line += ["", "", f"{top[p]:g}", *([""] * len(checks[p])), "", "", "not submitted", "0", "", ""]
                     continue
                 scores = chosen.scores
                 overall += chosen.final
                 line += [
                     chosen.entry.commit, f"{scores.total:g}", f"{top[p]:g}", *(f"{scores.checks.get(c, 0):g}" for c in checks[p]),
                     "yes" if chosen.late else "no", chosen.lateness.days_late, chosen.lateness.effect, f"{chosen.final:g}", chosen.later,
+                    "yes: regrade it (grader regrade --errors)" if autograder_error_of(chosen.entry.document) else "",
                 ]
             line += [f"{overall:g}", f"{sum(top.values()):g}"]
             writer.writerow(_row(line))

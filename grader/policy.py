@@ -23,6 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 DAY = datetime.timedelta(days=1)
+MAX_DAYS = 3650  # the most days a cut-off or an extension may give
+
+
+def percent(fraction: float) -> str:
+    """0.1 -> '10%', 0.125 -> '12.5%', 0.001 -> '0.1%'."""
+    return f"{round(fraction * 100, 2):g}%"
 
 
 class PolicyError(ValueError):
@@ -30,16 +36,15 @@ class PolicyError(ValueError):
 
 
 def parse_time(value: Any) -> datetime.datetime:
-    """An ISO 8601 time (a string, or the datetime YAML makes of an unquoted one); without a
-    zone it is taken as UTC. ValueError when it is neither."""
+    """An ISO 8601 time with its time of day (a string, or the datetime YAML makes of an
+    unquoted one); without a zone it is taken as UTC. ValueError when it is neither; a date
+    alone is refused (is 2026-12-01 its first minute or its last?)."""
     if isinstance(value, datetime.datetime):
         moment = value
-    elif isinstance(value, datetime.date):
-        moment = datetime.datetime.combine(value, datetime.time(23, 59, 59))
-    elif isinstance(value, str):
-        moment = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    elif isinstance(value, str) and ("T" in value.upper() or " " in value.strip()):
+        moment = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     else:
-        raise ValueError(f"{value!r} is not a time")
+        raise ValueError(f"{value!r} is not a time of day")
     return moment if moment.tzinfo else moment.replace(tzinfo=datetime.timezone.utc)
 
 
@@ -50,7 +55,7 @@ class LatePolicy:
 
     def describe(self) -> str:
         """"−10 % per day late, 0 after 3 days"."""
-        parts = [f"−{self.penalty_per_day:.0%} per day late" if self.penalty_per_day else "no penalty for lateness"]
+        parts = [f"−{percent(self.penalty_per_day)} per day late" if self.penalty_per_day else "no penalty for lateness"]
         if self.cutoff_days is not None:
             parts.append(f"0 after {self.cutoff_days:g} day(s)")
         return ", ".join(parts)
@@ -98,21 +103,22 @@ class CoursePolicy:
         if self.late.cutoff_days is not None and submitted_at - deadline > self.late.cutoff_days * DAY:
             return Lateness(deadline, days, 0.0, f"{days} day(s) late{extended}: past the {self.late.cutoff_days:g}-day cut-off, 0 points")
         factor = max(0.0, 1.0 - self.late.penalty_per_day * days)
-        cost = f"−{1 - factor:.0%}" if factor < 1 else "no penalty"
+        cost = f"−{percent(1 - factor)}" if factor < 1 else "no penalty"
         return Lateness(deadline, days, factor, f"{days} day(s) late{extended}: {cost}")
 
 
 def _time(value: Any, where: str) -> datetime.datetime:
     try:
-        return parse_time(value)
-    except ValueError:
-        raise PolicyError(f"{where}: expected an ISO 8601 time like 2026-12-01T23:59:00+01:00, found {value!r}") from None
+        moment = parse_time(value)
+        moment.astimezone(datetime.timezone.utc) + MAX_DAYS * DAY  # a time that the policy can still add days to
+        return moment
+    except (ValueError, OverflowError):
+        raise PolicyError(f"{where}: expected an ISO 8601 time with its time of day, like 2026-12-01T23:59:00+01:00, found {value!r}") from None
 
 
-def _number(value: Any, where: str, low: float, high: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or (high is not None and value > high):
-        bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
-        raise PolicyError(f"{where}: expected a number {bound}, found {value!r}")
+def _number(value: Any, where: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not low <= value <= high:
+        raise PolicyError(f"{where}: expected a number between {low:g} and {high:g}, found {value!r}")
     return float(value)
 
 
@@ -140,7 +146,7 @@ def load_policy(data: Mapping[str, Any], practicals: tuple[str, ...]) -> CourseP
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 if str(practical) not in deadlines:
                     raise PolicyError(f"{where}: {value} day(s) added to no deadline (deadlines.{practical} is not set)")
-                extensions[(str(student), str(practical))] = deadlines[str(practical)] + _number(value, where, 0) * DAY
+                extensions[(str(student), str(practical))] = deadlines[str(practical)] + _number(value, where, 0, MAX_DAYS) * DAY
             else:
                 extensions[(str(student), str(practical))] = _time(value, where)
     raw_late = data.get("late_policy") or {}
@@ -148,6 +154,6 @@ def load_policy(data: Mapping[str, Any], practicals: tuple[str, ...]) -> CourseP
         raise PolicyError(f"late_policy: expected penalty_per_day and cutoff_days, found {raw_late!r}")
     late = LatePolicy(
         penalty_per_day=_number(raw_late.get("penalty_per_day", 0), "late_policy.penalty_per_day", 0, 1),
-        cutoff_days=None if raw_late.get("cutoff_days") is None else _number(raw_late["cutoff_days"], "late_policy.cutoff_days", 0),
+        cutoff_days=None if raw_late.get("cutoff_days") is None else _number(raw_late["cutoff_days"], "late_policy.cutoff_days", 0, MAX_DAYS),
     )
     return CoursePolicy(deadlines=deadlines, extensions=extensions, late=late)

@@ -17,12 +17,15 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader.collect import Chosen
-from grader.submit.gitenv import git_free_environment
+from grader.run.tree import open_beneath
+from grader.submit.gitenv import refused_config, student_git, student_git_environment
 
 MAX_SCRIPT_BYTES = 1 << 20  # a script larger than this is not compared (no one writes 1 MiB of p6)
 K_GRAM, WINDOW = 25, 1  # copydetect's defaults for code of this size
@@ -49,16 +52,27 @@ class Findings:
     left_out: tuple[str, ...]  # "p6 carol: the script cannot be read (…)"
 
 
+def _cell_source(cell: object) -> str:
+    """A notebook cell's source, whatever a hand-edited notebook holds there."""
+    source = cell.get("source", "") if isinstance(cell, dict) else ""
+    if isinstance(source, list):
+        return "".join(part for part in source if isinstance(part, str))
+    return source if isinstance(source, str) else ""
+
+
 def code_of(name: str, raw: bytes) -> str:
-    """The code of a script: a notebook's code cells joined, anything else as text."""
-    text = raw.decode("utf-8", errors="replace")
+    """The code of a script, line ends made plain: a notebook's code cells joined (a notebook
+    that is not one: its text), anything else as text."""
+    text = raw.decode("utf-8", errors="replace").replace("\r\n", "\n")
     if not name.endswith(".ipynb"):
         return text
     try:
         cells = json.loads(text).get("cells", [])
-        return "\n\n".join("".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", "")) for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return text
+    if not isinstance(cells, list):
+        return text
+    return "\n\n".join(_cell_source(c) for c in cells if isinstance(c, dict) and c.get("cell_type") == "code")
 
 
 def script_bytes(chosen: Chosen, script: str, inbox: Path) -> bytes:
@@ -66,12 +80,24 @@ def script_bytes(chosen: Chosen, script: str, inbox: Path) -> bytes:
     source = chosen.entry.provenance.get("source") or {}
     path = f"assignments/{chosen.entry.practical}/{script}"
     if isinstance(source, dict) and source.get("kind") == "git":
-        done = subprocess.run(["git", "--git-dir", str(source.get("repo")), "cat-file", "blob", f"{chosen.entry.commit}:{path}"], capture_output=True, env=git_free_environment(), timeout=60)
+        repo, blob = str(source.get("repo")), f"{chosen.entry.commit}:{path}"
+        refused = refused_config(repo)
+        if refused:
+            raise OSError(refused)
+        size = subprocess.run([*student_git(repo), "cat-file", "-s", blob], capture_output=True, text=True, env=student_git_environment(), timeout=60)
+        if size.returncode != 0 or not size.stdout.strip().isdigit():
+            raise OSError(size.stderr.strip()[:200] or "git cannot read it")
+        if int(size.stdout) > MAX_SCRIPT_BYTES:
+            return b"\0" * (MAX_SCRIPT_BYTES + 1)  # too large to compare: its size says so
+        done = subprocess.run([*student_git(repo), "cat-file", "blob", blob], capture_output=True, env=student_git_environment(), timeout=60)
         if done.returncode != 0:
             raise OSError(done.stderr.decode(errors="replace").strip()[:200] or "git cannot read it")
         return done.stdout[: MAX_SCRIPT_BYTES + 1]
     folder = inbox / f"{chosen.entry.student}--{chosen.entry.practical}--{chosen.entry.commit}"
-    with open(folder / script, "rb") as handle:  # kept only while it waits to be graded
+    fd = open_beneath(folder, script)  # kept only while it waits to be graded; no link is followed
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{script} is not a regular file")
         return handle.read(MAX_SCRIPT_BYTES + 1)
 
 
@@ -85,21 +111,21 @@ def compare(practical: str, scripts: dict[str, bytes], template: str, name: str,
     """The pairs among `scripts` (student -> bytes) at least `threshold` alike, most alike first."""
     from copydetect import compare_files
 
+    template = template.replace("\r\n", "\n")
     boilerplate = list(_fingerprint(template, None).hashes) if template.strip() else []
     prints = {}
     for student, raw in scripts.items():
         code = code_of(name, raw)
         if code.strip() == template.strip():
             continue  # the template itself: alike to every other untouched one, and to no one's work
-        prints[student] = (raw, _fingerprint(code, boilerplate))
+        fingerprint = _fingerprint(code, boilerplate)
+        if len(fingerprint.hashes):  # nothing of its own beyond the template (empty, a comment): no one's work either
+            prints[student] = (raw, fingerprint)
     pairs = []
     for (first, (raw1, print1)), (second, (raw2, print2)) in itertools.combinations(sorted(prints.items()), 2):
+        _, (share1, share2), _ = compare_files(print1, print2)
+        alike = float(max(share1, share2))
         identical = raw1 == raw2
-        if len(print1.hashes) and len(print2.hashes):
-            _, (share1, share2), _ = compare_files(print1, print2)
-            alike = float(max(share1, share2))
-        else:
-            alike = 1.0 if identical else 0.0
         if identical or alike >= threshold:
             pairs.append(Pair(practical, first, second, 1.0 if identical else alike, identical))
     return tuple(sorted(pairs, key=lambda p: (-p.similarity, p.first, p.second)))
@@ -118,7 +144,7 @@ def find_similar(table: dict[str, dict[str, Chosen]], scripts_of: dict[str, str]
                 continue
             try:
                 raw = script_bytes(chosen, script, inbox)
-            except (OSError, subprocess.SubprocessError) as exc:
+            except (OSError, subprocess.SubprocessError, ValueError) as exc:
                 left_out.append(f"{practical} {student}: the script cannot be read ({exc})")
                 continue
             if len(raw) > MAX_SCRIPT_BYTES:

@@ -129,3 +129,13 @@ def test_the_class_report_opens_in_a_browser(store: ResultsStore, tmp_path: Path
     pixels = imread(shot)
     assert pixels.shape[:2] == (1600, 1280)
     assert (pixels[..., :3].mean(axis=2) < 0.9).mean() > 0.03  # text and plots drawn, not a blank page
+
+
+def test_a_hand_made_notebook_or_a_script_of_nothing_is_compared_without_a_crash() -> None:
+    from grader.similarity import code_of, compare
+
+    assert code_of("p4.ipynb", b'{"cells": [{"cell_type": "code", "source": [1, "x = 1"]}, {"cell_type": "code", "source": 5}]}') == "x = 1\n\n"
+    assert code_of("p4.ipynb", b'{"cells": 5}') == '{"cells": 5}'
+    deep = b"[" * 100_000 + b"]" * 100_000
+    assert code_of("p4.ipynb", deep) == deep.decode()
+    assert compare("p6", {"a": b"", "b": b"", "c": TEMPLATE.replace("\n", "\r\n").encode(), "d": (TEMPLATE + "# mine\n").encode()}, TEMPLATE, "p6_ddp.py", 0.8) == ()

@@ -6,12 +6,14 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from grader.policy import load_policy, parse_time
 from grader.results.gradescope import read_report, to_gradescope
 from grader.results.model import CheckResult, GradingReport, Status
 from grader.results.render import markdown
 from grader.store import ResultsStore
-from grader.submit.feedback import lateness_note, publish, reveal_after_deadlines, student_view
+from grader.submit.feedback import lateness_note, mark_revealed, publish, reveal_after_deadlines, student_view
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -78,3 +80,31 @@ def test_feedback_says_whether_it_was_late_and_shows_the_after_deadline_checks_o
     assert "1 more check(s) are shown once the results are published" in shown("p6.md")
     assert f"Graded commit: {'b' * 40}" in shown("p6.md")  # the latest stays the latest
     assert reveal_after_deadlines(store, policy, parse_time("2026-12-03T00:00:00Z")) == []  # once
+
+
+def test_revealing_an_older_commit_after_the_deadline_leaves_the_latest_as_the_latest(tmp_path: Path) -> None:
+    bare = tmp_path / "alice.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    store = ResultsStore(tmp_path / "results")
+    policy = load_policy({"deadlines": {"p6": "2026-12-01T23:59:00Z"}}, ("p6",))
+    for commit, when in (("a" * 40, "2026-12-01T10:00:00Z"), ("b" * 40, "2026-12-02T10:00:00Z")):
+        store.save(to_gradescope(report(2.0)), {"student": "alice", "practical": "p6", "commit": commit, "submitted_at": when, "source": {"kind": "git", "repo": str(bare)}})
+        publish(bare, "p6", commit, report(2.0))
+    mark_revealed(store, "alice", "p6", "b" * 40)  # the later one was graded after the deadline, whole
+    (store.root / "alice" / "p6" / "a copy.json").write_text("{}")  # put there by hand: passed over
+    assert reveal_after_deadlines(store, policy, parse_time("2026-12-03T00:00:00Z")) == [f"alice p6 @{'a' * 7}: feedback after the deadline delivered"]
+    assert f"Graded commit: {'b' * 40}" in git("show", "feedback:p6.md", cwd=bare)
+    assert "Parameters after the deadline" in git("show", f"feedback:p6/{'a' * 40}.md", cwd=bare)
+
+
+def test_a_repository_whose_config_would_make_git_run_a_program_is_not_written_to(tmp_path: Path) -> None:
+    bare = tmp_path / "mallory.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    hook = bare / "hooks" / "reference-transaction"
+    hook.write_text(f"#!/bin/sh\ntouch {tmp_path / 'hook-ran'}\n")
+    hook.chmod(0o755)
+    publish(bare, "p6", "a" * 40, report(2.0))
+    assert not (tmp_path / "hook-ran").exists()  # the repository's hooks never run for the grader
+    subprocess.run(["git", "--git-dir", str(bare), "config", "filter.x.smudge", f"touch {tmp_path / 'filter-ran'}"], check=True)
+    with pytest.raises(RuntimeError, match="its git config sets filter.x.smudge, which would make git run a program"):
+        publish(bare, "p6", "b" * 40, report(2.0))

@@ -52,13 +52,20 @@ def test_an_extension_moves_one_students_deadline_by_days_or_to_a_time() -> None
 
 @pytest.mark.parametrize(("data", "message"), [
     ({"deadlines": {"p7": "2026-12-01"}}, "deadlines: 'p7' is not one of this course's practicals (p4, p5, p6, p10)"),
-    ({"deadlines": {"p6": "friday"}}, "deadlines.p6: expected an ISO 8601 time like 2026-12-01T23:59:00+01:00, found 'friday'"),
+    ({"deadlines": {"p6": "friday"}}, "deadlines.p6: expected an ISO 8601 time with its time of day, like 2026-12-01T23:59:00+01:00, found 'friday'"),
+    ({"deadlines": {"p6": datetime.date(2026, 12, 1)}}, "deadlines.p6: expected an ISO 8601 time with its time of day"),  # its first minute or its last?
+    ({"deadlines": {"p6": "2026-12-01"}}, "deadlines.p6: expected an ISO 8601 time with its time of day"),
+    ({"deadlines": {"p6": "9999-12-31T23:00:00Z"}}, "deadlines.p6: expected an ISO 8601 time with its time of day"),
+    ({"extensions": {"bob": {"p6": float("nan")}}, "deadlines": {"p6": "2026-12-01T23:59:00Z"}}, "extensions.bob.p6: expected a number between 0 and 3650, found nan"),
+    ({"extensions": {"bob": {"p6": 10**24}}, "deadlines": {"p6": "2026-12-01T23:59:00Z"}}, "extensions.bob.p6: expected a number between 0 and 3650"),
+    ({"late_policy": {"cutoff_days": float("inf")}}, "late_policy.cutoff_days: expected a number between 0 and 3650, found inf"),
+    ({"late_policy": {"penalty_per_day": float("nan")}}, "late_policy.penalty_per_day: expected a number between 0 and 1, found nan"),
     ({"deadlines": ["p6"]}, "deadlines: expected a mapping of practical to time"),
     ({"extensions": {"bob": {"p5": 2}}}, "extensions.bob.p5: 2 day(s) added to no deadline (deadlines.p5 is not set)"),
     ({"extensions": {"bob": "p6"}}, "extensions.bob: expected a mapping of practical to a time or a number of days"),
     ({"late_policy": {"penalty_per_day": 10}}, "late_policy.penalty_per_day: expected a number between 0 and 1, found 10"),
     ({"late_policy": {"penalty": 0.1}}, "late_policy: expected penalty_per_day and cutoff_days"),
-    ({"late_policy": {"cutoff_days": -1}}, "late_policy.cutoff_days: expected a number at least 0, found -1"),
+    ({"late_policy": {"cutoff_days": -1}}, "late_policy.cutoff_days: expected a number between 0 and 3650, found -1"),
 ])
 def test_a_policy_that_cannot_be_read_names_its_key(data: dict, message: str) -> None:
     with pytest.raises(PolicyError) as raised:
@@ -110,3 +117,15 @@ def test_collect_applies_deadlines_extensions_and_the_late_penalty_with_max_scor
     done = run_cli("--course-root", str(course), "collect", str(store.root), "--csv", str(grades), "--deadline", "2026-12-01T23:59:00Z")
     carol = {row["student"]: row for row in csv.DictReader(grades.open())}["carol"]
     assert (carol["p6.late"], carol["p6.policy"], carol["p6.total"]) == ("yes", "3 day(s) late: −30%", "14")
+
+
+def test_an_autograder_error_never_replaces_a_real_grade(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "results")
+    store.save(result("p6", 20), {"student": "alice", "practical": "p6", "commit": "a1", "submitted_at": "2026-12-01T10:00:00Z"})
+    store.save(to_gradescope(GradingReport.failure("p6", "the node had no sandbox")), {"student": "alice", "practical": "p6", "commit": "a2", "submitted_at": "2026-12-01T11:00:00Z"})
+    store.save(to_gradescope(GradingReport.failure("p6", "the node had no sandbox")), {"student": "bob", "practical": "p6", "commit": "b1", "submitted_at": "2026-12-01T11:00:00Z"})
+    grades = tmp_path / "grades.csv"
+    assert run_cli("collect", str(store.root), "--csv", str(grades)).returncode == 0
+    rows = {row["student"]: row for row in csv.DictReader(grades.open())}
+    assert (rows["alice"]["p6.commit"], rows["alice"]["p6.total"], rows["alice"]["p6.autograder_error"]) == ("a1", "20", "")
+    assert (rows["bob"]["p6.commit"], rows["bob"]["p6.total"], rows["bob"]["p6.autograder_error"]) == ("b1", "0", "yes: regrade it (grader regrade --errors)")

@@ -21,7 +21,7 @@ from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
 from grader.run.sandbox import SandboxMissing, open_sandbox
 from grader.submit.problems import open_problems
 from grader.submit.regrade import Selection, regrade
-from grader.submit.worker import extract, lasting_problem, store_failure, work
+from grader.submit.worker import extract, lasting_problem, materialise, store_failure, work
 from helpers import ROOT, copy_course, git, needs, run_cli, sandbox_problem
 
 COURSE = load_course(ROOT)
@@ -518,3 +518,14 @@ def test_a_node_without_bubblewrap_is_a_lasting_problem(monkeypatch: pytest.Monk
     missing = open_sandbox()
     assert isinstance(missing, SandboxMissing) and missing == "bubblewrap (bwrap) is not installed; on Debian/Ubuntu: apt-get install bubblewrap"
     assert lasting_problem(COURSE, "p6") == f"official grading needs the sandbox, and this node has none: {missing}"
+
+
+def test_a_repository_whose_config_runs_a_program_is_graded_as_not_run_and_the_program_never_runs(pushed, tmp_path: Path) -> None:
+    repo, _, second = pushed
+    ran = tmp_path / "smudged"
+    subprocess.run(["git", "--git-dir", str(repo), "config", "filter.lfs.smudge", f"touch {ran}"], check=True)
+    submission = Submission(student="alice", practical="p6", commit=second, source={"kind": "git", "repo": str(repo)})
+    (tmp_path / "into").mkdir()
+    taken = materialise(submission, tmp_path / "into")
+    assert taken.refused == "your repository cannot be graded: its git config sets filter.lfs.smudge, which would make git run a program: the grader does not read such a repository"
+    assert not ran.exists() and not any(taken.folder.iterdir())

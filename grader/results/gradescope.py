@@ -7,6 +7,7 @@ max_score, status, name, number, output, tags, visibility and extra_data.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,55 +119,77 @@ class Scores:
     max_score: float | None = None  # None in a document that does not say
 
 
+def _number(value: Any) -> float:
+    """A score of a stored document (0 for what is not a finite number: a file edited by hand)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else 0.0
+
+
+def _tests(document: dict[str, Any]) -> list[dict[str, Any]]:
+    tests = document.get("tests")
+    return [test for test in tests if isinstance(test, dict)] if isinstance(tests, list) else []
+
+
+def _extra(document: dict[str, Any]) -> dict[str, Any]:
+    extra = document.get("extra_data")
+    return extra if isinstance(extra, dict) else {}
+
+
 def read_scores(document: dict[str, Any]) -> Scores:
-    """The scores of a results.json this module wrote."""
+    """The scores of a results.json this module wrote (what a hand-edited one holds that is not
+    of its type counts as nothing)."""
     checks = {}
-    for test in document.get("tests", []):
-        tags = test.get("tags") or []
-        if tags and tags[0] != "autograder-error" and "deferred_points" not in test.get("extra_data", {}):
-            checks[tags[0]] = float(test.get("score", 0))
-    extra = document.get("extra_data", {})
+    for test in _tests(document):
+        tags = test.get("tags") if isinstance(test.get("tags"), list) else []
+        data = test.get("extra_data") if isinstance(test.get("extra_data"), dict) else {}
+        if tags and isinstance(tags[0], str) and tags[0] != "autograder-error" and "deferred_points" not in data:
+            checks[tags[0]] = _number(test.get("score", 0))
+    extra = _extra(document)
     maximum = extra.get("max_score")
+    answers = extra.get("manual_answers")
     return Scores(
-        total=float(document.get("score", 0)),
+        total=_number(document.get("score", 0)),
         checks=checks,
-        answers=dict(extra.get("manual_answers") or {}),
-        max_score=float(maximum) if isinstance(maximum, (int, float)) and not isinstance(maximum, bool) else None,
+        answers={str(k): str(v) for k, v in answers.items()} if isinstance(answers, dict) else {},
+        max_score=_number(maximum) if isinstance(maximum, (int, float)) and not isinstance(maximum, bool) else None,
     )
 
 
 def read_report(document: dict[str, Any]) -> GradingReport:
     """The report a results.json of this module's holds, as far as it keeps it: the checks
     (their feedback as one text), notes, answers and the autograder error; not the runs."""
-    extra = document.get("extra_data") or {}
+    extra = _extra(document)
     checks = []
-    for test in document.get("tests") or []:
-        tags, data = test.get("tags") or [""], test.get("extra_data") or {}
+    for test in _tests(document):
+        tags = test.get("tags") if isinstance(test.get("tags"), list) and test.get("tags") else [""]
+        data = test.get("extra_data") if isinstance(test.get("extra_data"), dict) else {}
         if tags[0] == "autograder-error":
             continue
         deferred = "deferred_points" in data
         try:
             status = Status(data.get("status", "failed"))
-        except ValueError:
+        except (ValueError, TypeError):
             status = Status.FAILED
+        number = test.get("number")
         checks.append(CheckResult(
             id=str(tags[0]),
             title=str(test.get("name", "")).removesuffix(" (deferred)"),
-            number=int(test.get("number", len(checks) + 1)),
-            score=float(test.get("score", 0)),
-            max_score=float(data["deferred_points"] if deferred else test.get("max_score", 0)),
+            number=int(number) if isinstance(number, str) and number.isdigit() else len(checks) + 1,
+            score=_number(test.get("score", 0)),
+            max_score=_number(data["deferred_points"] if deferred else test.get("max_score", 0)),
             status=Status.DEFERRED if deferred else status,
             summary=str(test.get("output", "")),
             visibility=str(test.get("visibility", "visible")),
         ))
+    answers = extra.get("manual_answers")
+    notes = extra.get("notes")
     return GradingReport(
         practical=str(extra.get("practical", "")),
         title=str(extra.get("title", extra.get("practical", ""))),
         checks=tuple(checks),
-        execution_time_s=float(document.get("execution_time", 0)),
+        execution_time_s=_number(document.get("execution_time", 0)),
         error=autograder_error_of(document),
-        manual=tuple((str(q), str(a)) for q, a in (extra.get("manual_answers") or {}).items()),
-        notes=tuple(str(note) for note in extra.get("notes") or ()),
+        manual=tuple((str(q), str(a)) for q, a in answers.items()) if isinstance(answers, dict) else (),
+        notes=tuple(str(note) for note in notes) if isinstance(notes, list) else (),
     )
 
 
@@ -186,13 +209,13 @@ def with_provenance(document: dict[str, Any], provenance: dict[str, Any]) -> dic
 
 def provenance_of(document: dict[str, Any]) -> dict[str, Any]:
     """What `with_provenance` put into a document ({} when nothing)."""
-    found = document.get("extra_data", {}).get("provenance", {})
+    found = _extra(document).get("provenance", {})
     return found if isinstance(found, dict) else {}
 
 
 def autograder_error_of(document: dict[str, Any]) -> str | None:
     """Why the grader could not grade, for a document of an autograder error (else None)."""
-    error = document.get("extra_data", {}).get("autograder_error")
+    error = _extra(document).get("autograder_error")
     return error if isinstance(error, str) and error else None
 
 

@@ -162,9 +162,13 @@ def dispatch(store: ResultsStore, course: Course, backend: Backend) -> dict[str,
     """One pass: reconciliation (grader/submit/reconcile.py), the feedback of deadlines that
     have passed (grader/submit/feedback.py), then the queue: key -> what happened to it."""
     reconcile(store, course)
-    reveal_after_deadlines(store, course.policy, datetime.datetime.now(datetime.timezone.utc))
+    try:
+        revealed = reveal_after_deadlines(store, course.policy, datetime.datetime.now(datetime.timezone.utc))
+    except (OSError, ValueError) as exc:  # the feedback after deadlines must never stop grading
+        revealed = [f"feedback after the deadline not delivered: {exc}"]
     queue = Queue(store)
-    return {submission.key: settle(queue, submission, course, backend) for submission in queue.pending()}
+    happened = {submission.key: settle(queue, submission, course, backend) for submission in queue.pending()}
+    return {**{f"feedback {n}": line for n, line in enumerate(revealed, 1)}, **happened}
 
 
 def wait(store: ResultsStore, course: Course, backend: Backend, keys: set[str] | None = None, timeout_s: float = 3600, poll_s: float = 1.0, report=None) -> bool:

@@ -28,7 +28,7 @@ from grader.results.gradescope import read_report
 from grader.results.model import GradingReport
 from grader.results.render import markdown
 from grader.store import Entry, ResultsStore
-from grader.submit.gitenv import git_free_environment
+from grader.submit.gitenv import refused_config, student_git, student_git_environment
 
 BRANCH = "refs/heads/feedback"
 ATTEMPTS = 5
@@ -51,7 +51,7 @@ def read_command(practical: str) -> str:
 
 
 def _git(repo: Path, *args: str, env: dict[str, str], stdin: str | None = None) -> str:
-    done = subprocess.run(["git", "--git-dir", str(repo), *args], input=stdin, capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run([*student_git(str(repo)), *args], input=stdin, capture_output=True, text=True, env=env, timeout=60)
     if done.returncode != 0:
         raise RuntimeError(f"git {args[0]}: {done.stderr.strip()[:300]}")
     return done.stdout.strip()
@@ -93,21 +93,36 @@ def reveal_after_deadlines(store: ResultsStore, policy: CoursePolicy, moment: da
     commit whose student's deadline has passed since it was delivered (oldest first, so that
     <practical>.md ends with the latest); what was delivered, one line each."""
     marks = store.root / REVEALED
-    due = []
+    due, pairs = [], set()
     for student, practical, commit in store.graded():
         if not deadline_passed(policy, student, practical, moment) or (marks / f"{student}--{practical}--{commit}").exists():
             continue
-        entry = store.entry(student, practical, commit)
+        try:
+            entry = store.entry(student, practical, commit)
+        except ValueError:  # a file of another name put into the store by hand
+            continue
         if entry is not None:
             due.append(entry)
+            pairs.add((student, practical))
+    newest = {}  # (student, practical) -> the commit its <practical>.md must show: the latest graded
+    for student, practical, commit in store.graded():
+        if (student, practical) in pairs:
+            try:
+                entry = store.entry(student, practical, commit)
+            except ValueError:
+                continue
+            when = str(entry.provenance.get("submitted_at", "")) if entry else ""
+            if entry is not None and when >= newest.get((student, practical), ("", ""))[0]:
+                newest[(student, practical)] = (when, commit)
     done = []
     for entry in sorted(due, key=lambda e: str(e.provenance.get("submitted_at", ""))):
         source = entry.provenance.get("source") or {}
         report = read_report(entry.document)
         if isinstance(source, dict) and source.get("kind") == "git" and any(c.visibility == "after_due_date" for c in report.checks):
             notes = lateness_note(policy, entry.student, entry.practical, str(entry.provenance.get("submitted_at", "")))
+            latest = newest.get((entry.student, entry.practical), ("", entry.commit))[1] == entry.commit
             try:
-                publish(Path(str(source.get("repo"))), entry.practical, entry.commit, report, after_deadline=True, notes=notes)
+                publish(Path(str(source.get("repo"))), entry.practical, entry.commit, report, after_deadline=True, notes=notes, latest=latest)
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 done.append(f"{entry.student} {entry.practical} @{entry.commit[:7]}: feedback after the deadline not delivered: {exc}")
                 continue
@@ -128,24 +143,28 @@ def stored_feedback(entry: Entry, policy: CoursePolicy, moment: datetime.datetim
     return feedback_text(read_report(entry.document), entry.commit, deadline_passed(policy, entry.student, entry.practical, moment), notes)
 
 
-def publish(repo: Path, practical: str, commit: str, report: GradingReport, after_deadline: bool = False, notes: tuple[str, ...] = ()) -> str:
-    """Commit the student's view of `report` to the repository's feedback branch; returns the
-    feedback commit's id. RuntimeError when git refuses."""
+def publish(repo: Path, practical: str, commit: str, report: GradingReport, after_deadline: bool = False, notes: tuple[str, ...] = (), latest: bool = True) -> str:
+    """Commit the student's view of `report` to the repository's feedback branch (as
+    <practical>.md too, when it is the `latest` graded commit); returns the feedback commit's
+    id. RuntimeError when git refuses."""
     text = feedback_text(report, commit, after_deadline, notes)
-    env = {**git_free_environment(), "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost", "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost"}
+    refused = refused_config(str(repo))
+    if refused:
+        raise RuntimeError(f"the repository is not written to: {refused}")
+    env = {**student_git_environment(), "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost", "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost"}
     blob = _git(repo, "hash-object", "-w", "--stdin", env=env, stdin=text)
     for _ in range(ATTEMPTS):
-        done = subprocess.run(["git", "--git-dir", str(repo), "rev-parse", "--verify", "-q", BRANCH], capture_output=True, text=True, env=env)
+        done = subprocess.run([*student_git(str(repo)), "rev-parse", "--verify", "-q", BRANCH], capture_output=True, text=True, env=env, timeout=60)
         parent = done.stdout.strip() if done.returncode == 0 else None
         with tempfile.TemporaryDirectory(prefix="grader-feedback-") as scratch:
             indexed = {**env, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
             if parent:
                 _git(repo, "read-tree", parent, env=indexed)
-            for path in (f"{practical}.md", f"{practical}/{commit}.md"):
+            for path in ((f"{practical}.md",) if latest else ()) + (f"{practical}/{commit}.md",):
                 _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=indexed)
             tree = _git(repo, "write-tree", env=indexed)
         made = _git(repo, "commit-tree", tree, *(["-p", parent] if parent else []), "-m", f"feedback on {practical} @{commit[:7]}", env=env)
-        update = subprocess.run(["git", "--git-dir", str(repo), "update-ref", BRANCH, made, parent or "0" * 40], capture_output=True, text=True, env=env)
+        update = subprocess.run([*student_git(str(repo)), "update-ref", BRANCH, made, parent or "0" * 40], capture_output=True, text=True, env=env, timeout=60)
         if update.returncode == 0:
             return made
     raise RuntimeError(f"the feedback branch kept moving: {ATTEMPTS} attempts")

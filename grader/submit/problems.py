@@ -66,10 +66,15 @@ def report_problem(store: ResultsStore, message: str, node: str, key: str, when:
 
 
 def read_problem(path: Path) -> Problem | None:
+    """The problem a file records (None when it cannot be read or is not one: begun anew)."""
     try:
-        return Problem(**json.loads(path.read_text(encoding="utf-8")))
+        problem = Problem(**json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
         return None
+    texts = (problem.message, problem.node, problem.first_seen, problem.last_seen)
+    if not all(isinstance(t, str) for t in texts) or not isinstance(problem.count, int) or not isinstance(problem.submissions, list):
+        return None
+    return problem
 
 
 def open_problems(store: ResultsStore) -> list[Problem]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from grader.course import Course
 from grader.files import write_atomically
 from grader.store import ResultsStore, safe_name
-from grader.submit.gitenv import git_free_environment
+from grader.submit.gitenv import student_git, student_git_environment
 from grader.submit.queue import Queue, Submission
 
 REGISTRY = "repositories"
@@ -34,7 +34,7 @@ def register(store: ResultsStore, student: str, repo: Path, backend: str, option
 
 
 def _git(repo: str, *args: str) -> str | None:
-    done = subprocess.run(["git", "--git-dir", repo, *args], capture_output=True, text=True, env=git_free_environment(), timeout=60)
+    done = subprocess.run([*student_git(repo), *args], capture_output=True, text=True, env=student_git_environment(), timeout=60)
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
 
 

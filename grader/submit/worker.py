@@ -31,7 +31,7 @@ from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, rem
 from grader.spec import SpecError
 from grader.store import ResultsStore
 from grader.submit.backends import LOG_MODE
-from grader.submit.gitenv import git_free_environment
+from grader.submit.gitenv import git_free_environment, refused_config, student_git, student_git_environment
 from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed, publish
 from grader.submit.problems import report_problem
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
@@ -71,6 +71,9 @@ def materialise(submission: Submission, into: Path, limits: TreeLimits = TreeLim
             raise MaterialiseError(f"the submitted folder cannot be taken: {exc}") from None
         return Materialised(folder)
     folder.mkdir()
+    refused = refused_config(source["repo"])
+    if refused:
+        return Materialised(folder, f"your repository cannot be graded: {refused}")
     return _from_git(source["repo"], submission.commit, f"assignments/{submission.practical}", folder, limits)
 
 
@@ -78,7 +81,7 @@ def _from_git(repo: str, commit: str, prefix: str, folder: Path, limits: TreeLim
     """`prefix` of `commit`, streamed out of `git archive` into `folder` and stopped at `limits`
     (a 3 GiB blob must cost neither the grader's memory nor the host's disk)."""
     with tempfile.TemporaryFile() as errors:
-        git = subprocess.Popen(["git", "--git-dir", repo, "archive", "--format=tar", commit, prefix], stdout=subprocess.PIPE, stderr=errors, env=git_free_environment())
+        git = subprocess.Popen([*student_git(repo), "archive", "--format=tar", commit, prefix], stdout=subprocess.PIPE, stderr=errors, env=student_git_environment())
         late = threading.Event()
         watchdog = threading.Timer(GIT_ARCHIVE_S, lambda: (late.set(), git.kill()))
         watchdog.start()
