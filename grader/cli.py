@@ -52,7 +52,7 @@ from grader.course import Course, CourseError, Practical, check_source_spec, fin
 from grader.class_report import class_stats, render_html
 from grader.collect import Chosen, collect, write_answers, write_grades
 from grader.files import write_atomically
-from grader.similarity import Findings, code_of, find_similar
+from grader.similarity import similar_in_course
 from grader.doctor import PROBLEM, examine
 from grader.policy import parse_time
 from grader.grade.pipeline import GradeOptions
@@ -470,25 +470,9 @@ def _counted(args: argparse.Namespace) -> tuple[Course, dict[str, dict[str, Chos
     return course, collect(ResultsStore(args.results_dir), replace(course.policy, every=every) if every else course.policy)
 
 
-def _similar(course: Course, table: dict[str, dict[str, Chosen]], store: Path, threshold: float) -> Findings:
-    """The alike pairs of the counted submissions, by each practical's script and template."""
-    scripts, templates, unreadable = {}, {}, []
-    for practical in sorted({p for row in table.values() for p in row}):
-        try:
-            script = load_practical(course, practical).assignment.script
-        except (CourseError, SpecError) as exc:
-            unreadable.append(f"{practical}: not compared ({exc})")
-            continue
-        scripts[practical] = script
-        template = course.template_dir(practical) / script
-        templates[practical] = code_of(script, template.read_bytes()) if template.is_file() else ""
-    found = find_similar(table, scripts, templates, ResultsStore(store).root / "inbox", threshold)
-    return replace(found, left_out=(*unreadable, *found.left_out))
-
-
 def cmd_similarity(args: argparse.Namespace) -> int:
     course, table = _counted(args)
-    found = _similar(course, table, args.results_dir, args.threshold)
+    found = similar_in_course(course, table, ResultsStore(args.results_dir).root / "inbox", args.threshold)
     for pair in found.pairs:
         _say(f"{pair.practical:<5} {pair.first:<16} {pair.second:<16} {pair.describe}")
     for note in found.left_out:
@@ -504,7 +488,7 @@ def cmd_similarity(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     course, table = _counted(args)
-    found = _similar(course, table, args.results_dir, args.threshold)
+    found = similar_in_course(course, table, ResultsStore(args.results_dir).root / "inbox", args.threshold)
     page = render_html(course.title or "Course", class_stats(table, found), notes=found.left_out)
     write_atomically(args.out, page, mode=0o640)  # the staff's, as the store is
     print(f"class report of {len(table)} students written to {args.out}")

@@ -20,11 +20,13 @@ import json
 import os
 import stat
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader.collect import Chosen
+from grader.course import Course, CourseError, load_practical
 from grader.run.tree import open_beneath
+from grader.spec import SpecError
 from grader.submit.gitenv import refused_config, student_git, student_git_environment
 
 MAX_SCRIPT_BYTES = 1 << 20  # a script larger than this is not compared (no one writes 1 MiB of p6)
@@ -153,3 +155,20 @@ def find_similar(table: dict[str, dict[str, Chosen]], scripts_of: dict[str, str]
             scripts[student] = raw
         pairs += compare(practical, scripts, templates.get(practical, ""), script, threshold)
     return Findings(tuple(pairs), tuple(left_out))
+
+
+def similar_in_course(course: Course, table: dict[str, dict[str, Chosen]], inbox: Path, threshold: float = 0.8) -> Findings:
+    """`find_similar` for the course's practicals: each one's script and released template (a
+    practical that does not load is left out, with a note)."""
+    scripts, templates, unreadable = {}, {}, []
+    for practical in sorted({p for row in table.values() for p in row}):
+        try:
+            script = load_practical(course, practical).assignment.script
+        except (CourseError, SpecError) as exc:
+            unreadable.append(f"{practical}: not compared ({exc})")
+            continue
+        scripts[practical] = script
+        template = course.template_dir(practical) / script
+        templates[practical] = code_of(script, template.read_bytes()) if template.is_file() else ""
+    found = find_similar(table, scripts, templates, inbox, threshold)
+    return replace(found, left_out=(*unreadable, *found.left_out))

@@ -74,3 +74,5 @@ def test_an_error_of_the_grader_s_emulation_is_not_presented_as_the_student_s() 
     )
     by_torch = ExceptionInfo(type="RuntimeError", message="boom", frames=raised.frames, library_frame=Frame(file="/usr/lib/python3/torch/nn/modules/linear.py", line=1, func="forward", code=""))
     assert failures.describe_exception(by_torch) == "RuntimeError: boom at p6_ddp.py:71 (with torch.cuda.stream(s):)"
+    on_purpose = ExceptionInfo(type="AcceleratorError", message="CUDA error: invalid device ordinal", frames=raised.frames, library_frame=Frame(file="../lib/grader/probe/vgpu.py", line=154, func="_check", code="raise invalid_ordinal()"))
+    assert "grader's" not in failures.describe_exception(on_purpose)  # CUDA's error for the student's device number

@@ -64,14 +64,15 @@ HINTS = {
 }
 
 
-EMULATION = "grader/probe/"  # where the grader's own code inside the ranks lives (virtual GPUs, the recorder)
+EMULATION = "grader/probe/vgpu"  # the virtual-GPU emulation's modules, inside the ranks
 
 
 def raised_in_the_grader(exc: ExceptionInfo) -> bool:
-    """Whether the innermost frame of the exception is the grader's code inside the rank (the
-    virtual-GPU emulation), not torch's and not the student's."""
+    """Whether the exception came out of the virtual-GPU emulation itself (a line of it that
+    is not a `raise`: the errors it raises on purpose are CUDA's, for the student's mistakes),
+    not out of torch or the student's code."""
     frame = exc.library_frame
-    return frame is not None and EMULATION in frame.file.replace("\\", "/")
+    return frame is not None and EMULATION in frame.file.replace("\\", "/") and not (frame.code or "").startswith("raise")
 
 
 def describe_exception(exc: ExceptionInfo) -> str:
@@ -80,7 +81,7 @@ def describe_exception(exc: ExceptionInfo) -> str:
     if raised_in_the_grader(exc):
         frame = exc.library_frame
         assert frame is not None
-        inner = frame.file.replace("\\", "/").split(EMULATION, 1)[1]
+        inner = "vgpu" + frame.file.replace("\\", "/").split(EMULATION, 1)[1]
         return (f"{exc.type}: {first} — raised inside the grader's virtual-GPU emulation ({inner}:{frame.line} in {frame.func}), not by torch, "
                 f"while running your line{_where(exc)}: if that line is right on a real GPU, this is the grader's fault; tell the course staff")
     hint = next((f" — {text}" for prefix, text in HINTS.items() if first.startswith(prefix)), "")

@@ -385,7 +385,9 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
             x, y = global_batch(plan.seed, step, plan.batch_size, plan.dim)
             if len(seen["layouts"]) <= step:  # the step's first pass: which rows are the witness's
                 last = seen["layouts"][-1] if seen["layouts"] else None
-                if last is None or sampler_key(last) is not None:  # a sampler may shuffle anew in every step (set_epoch)
+                # a sampler may shuffle anew in every step (set_epoch); a step recorded without its rows
+                # (past the steps whose values are recorded) keeps the last step's split
+                if last is None or (sampler_key(last) is not None and first):
                     layout = layout_of(first, x.double().sum(1).tolist(), plan.batch_size, plan.world_size, plan.seed, step, last)
                     if layout != last:
                         own["rows"] = torch.tensor(shard_rows(layout, plan.batch_size, plan.world_size, rank), dtype=torch.long)
