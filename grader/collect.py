@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import csv
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable
 
@@ -38,7 +39,7 @@ class Chosen:
     def late(self) -> bool:
         return self.lateness.late
 
-    @property
+    @cached_property
     def scores(self) -> Scores:
         return read_scores(self.entry.document)
 
@@ -61,14 +62,11 @@ def choose(entries: list[Entry], policy: CoursePolicy = CoursePolicy()) -> Chose
     graded = [entry for entry in entries if not autograder_error_of(entry.document)]
     timed = sorted(graded or entries, key=submitted_at)
     student, practical = timed[0].student, timed[0].practical
-    judged = [(entry, policy.judge(student, practical, submitted_at(entry))) for entry in timed]
-    on_time = [pair for pair in judged if not pair[1].late]
-    late = [pair for pair in judged if pair[1].late]
-    candidates = on_time[-1:] + late
+    judged = [Chosen(entry, policy.judge(student, practical, submitted_at(entry)), later=0) for entry in timed]
+    candidates = [c for c in judged if not c.late][-1:] + [c for c in judged if c.late]
     # the highest final score; on a tie the on-time one, then the latest
-    best = max(enumerate(candidates), key=lambda item: (item[1][1].final(read_scores(item[1][0].document).total), not item[1][1].late, item[0]))[1]
-    later = sum(1 for pair in late if pair is not best)
-    return Chosen(best[0], best[1], later)
+    best = max(enumerate(candidates), key=lambda item: (item[1].final, not item[1].late, item[0]))[1]
+    return replace(best, later=sum(1 for c in candidates if c.late and c is not best))
 
 
 def collect(store: ResultsStore, policy: CoursePolicy = CoursePolicy()) -> dict[str, dict[str, Chosen]]:
@@ -140,5 +138,5 @@ def write_answers(table: dict[str, dict[str, Chosen]], path: Path) -> None:
         writer.writerow(_row(["student", "practical", "commit", "question", "answer"]))
         for student, row in sorted(table.items()):
             for practical, chosen in sorted(row.items()):
-                for question, answer in read_scores(chosen.entry.document).answers.items():
+                for question, answer in chosen.scores.answers.items():
                     writer.writerow(_row([student, practical, chosen.entry.commit, question, answer]))

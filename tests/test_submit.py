@@ -21,7 +21,7 @@ from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
 from grader.run.sandbox import SandboxMissing, open_sandbox
 from grader.submit.problems import open_problems
 from grader.submit.regrade import Selection, regrade
-from grader.submit.worker import extract, lasting_problem, materialise, store_failure, work
+from grader.submit.worker import extract, materialise, ready_to_grade, store_failure, work
 from helpers import ROOT, copy_course, git, needs, run_cli, sandbox_problem
 
 COURSE = load_course(ROOT)
@@ -517,7 +517,7 @@ def test_a_node_without_bubblewrap_is_a_lasting_problem(monkeypatch: pytest.Monk
     monkeypatch.setenv("PATH", str(tmp_path))
     missing = open_sandbox()
     assert isinstance(missing, SandboxMissing) and missing == "bubblewrap (bwrap) is not installed; on Debian/Ubuntu: apt-get install bubblewrap"
-    assert lasting_problem(COURSE, "p6") == f"official grading needs the sandbox, and this node has none: {missing}"
+    assert ready_to_grade(COURSE, "p6") == f"official grading needs the sandbox, and this node has none: {missing}"
 
 
 def test_a_repository_whose_config_runs_a_program_is_graded_as_not_run_and_the_program_never_runs(pushed, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from grader.checks.distributed import Trajectory
 from grader.probe.messages import WitnessPlan
-from grader.probe.witness import global_batch, shard_rows
+from grader.probe.witness import global_batch, sampler_layout, shard_rows
 from grader.spec.model import RunDef
 
 SETTINGS = ("seed", "batch_size", "dim", "hidden", "steps", "lr")
@@ -45,8 +45,7 @@ def sgd_trajectory(build: Callable[[], Any], *, seed: int, batch_size: int, dim:
 
 def sampled_rows(key: int, batch: int, world: int) -> tuple[int, ...]:
     """The rows DistributedSampler's shuffle `key` (seed + epoch) keeps of a batch, over every rank."""
-    layout = "sampler" if key == 0 else f"sampler:{key}"
-    return tuple(sorted(row for rank in range(world) for row in shard_rows(layout, batch, world, rank)))
+    return tuple(sorted(row for rank in range(world) for row in shard_rows(sampler_layout(key), batch, world, rank)))
 
 
 def data_parallel_references(args: Mapping[str, Any], runs: Sequence[RunDef], build: Callable[[int, int], Any]) -> dict[str, tuple[Trajectory, ...]]:

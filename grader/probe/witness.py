@@ -80,6 +80,11 @@ def sampler_key(layout: str) -> int | None:
     return int(key) if name == "sampler" and key.isdigit() and len(key) <= 18 else None
 
 
+def sampler_layout(key: int) -> str:
+    """The layout of DistributedSampler's shuffle `key` (seed + epoch): "sampler" for the default."""
+    return "sampler" if key == 0 else f"sampler:{key}"
+
+
 def shard_rows(layout: str, batch: int, world: int, rank: int) -> list[int]:
     """The rows of the global batch a rank keeps when the ranks split it `layout`'s way:
     "contiguous" (the templates' TODO: shard rows from rank * shard), "strided" (as
@@ -124,7 +129,7 @@ def layout_of(first_rows: tuple[float, ...] | None, row_sums: list[float], batch
             return layout
     # the wide search only on LAYOUT_MATCH_ROWS rows: on fewer, one of thousands of shuffles fits by chance
     for key in sampler_keys(seed, step, sampler_key(previous) if previous else None, search=len(seen) >= LAYOUT_MATCH_ROWS):
-        layout = "sampler" if key == 0 else f"sampler:{key}"
+        layout = sampler_layout(key)
         if fits(layout):
             return layout
     return "contiguous"

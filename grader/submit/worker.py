@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import __version__
-from grader.course import Course, CourseError, load_practical
+from grader.course import Course, CourseError, Practical, load_practical
 from grader.grade.pipeline import GradeOptions
 from grader.grade.session import grade_folder
 from grader.observe.views import write_views
@@ -191,11 +191,11 @@ def store_failure(store: ResultsStore, submission: Submission, course: Course, m
     return store.save(to_gradescope(report), provenance(submission, course, report))
 
 
-def lasting_problem(course: Course, practical: str) -> str | None:
-    """Why no submission of `practical` can be graded on this node until staff act (None when
-    one can): the practical does not load, or the node has no sandbox at all."""
+def ready_to_grade(course: Course, practical: str) -> Practical | str:
+    """The practical, loaded; or why no submission of it can be graded on this node until staff
+    act: the practical does not load, or the node has no sandbox at all."""
     try:
-        load_practical(course, practical)
+        loaded = load_practical(course, practical)
     except (CourseError, SpecError) as exc:
         return f"the practical cannot be loaded: {exc}"
     sandbox = open_sandbox()
@@ -203,7 +203,7 @@ def lasting_problem(course: Course, practical: str) -> str | None:
         return f"official grading needs the sandbox, and this node has none: {sandbox}"
     if not isinstance(sandbox, str):
         sandbox.release()
-    return None
+    return loaded
 
 
 def work(store: ResultsStore, course: Course, key: str) -> str:
@@ -216,14 +216,14 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     if store.has(submission.student, submission.practical, submission.commit):
         queue.remove(key)
         return "graded already"
-    problem = lasting_problem(course, submission.practical)
-    if problem:
+    practical = ready_to_grade(course, submission.practical)
+    if isinstance(practical, str):
+        problem = practical
         report = GradingReport.failure(submission.practical, f"{problem} (the course staff are told and will regrade it)")
         store.save(to_gradescope(report), provenance(submission, course, report))
         queue.remove(key)
         new = report_problem(store, problem, platform.node(), key, now())
         return f"not graded: {problem}; an autograder error is recorded (not retried: no retry can mend it) and the problem is {'reported to staff' if new else 'known to staff already'}{deliver(store, course, submission, report)}"
-    practical = load_practical(course, submission.practical)
     scratch = Path(tempfile.mkdtemp(prefix="grader-work-"))
     try:
         taken = materialise(submission, scratch)
