@@ -26,7 +26,7 @@ def test_only_broken_connections_mean_the_ranks_disagreed_on_collectives() -> No
     assert text.endswith("— every rank must run the same collectives in the same order (e.g. backward() on every rank in every step)")
     from grader.probe.messages import WitnessReport
 
-    run.witness = WitnessReport(rank=1, ddp_options={}, allreduces=(), step_ends=(), names=(), grads=(), params=(), error="your rank 0 ran backward without DistributedDataParallel")
+    run.witness = WitnessReport(rank=1, ddp_options=None, allreduces=(), step_ends=(), names=(), grads=(), params=(), error="your rank 0 ran backward without DistributedDataParallel")
     assert failures.explain(run).endswith("(Connection closed by peer); rank 1 had already finished normally, after the grader's witness (rank 1) stopped: your rank 0 ran backward without DistributedDataParallel")
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from grader.probe.messages import (
     BadMessage,
+    DdpOptions,
     Exited,
     Go,
     JobRequest,
@@ -94,7 +95,7 @@ def test_the_launcher_answers_a_bad_request_with_an_error_and_keeps_serving() ->
 # ------------------------------------------------------------------ the grader's witness
 PLAN = WitnessPlan(seed=5, batch_size=64, dim=32, hidden=64, steps=3, lr=0.05, world_size=2, rows=32, micro_batches=1, values=True, model="mlp", peer_records="/job/rank0/observations.jsonl", wait_s=10.0)
 REPORT = WitnessReport(
-    rank=1, ddp_options={"static_graph": "False"}, allreduces=((1,), (0, 1)), step_ends=(1.5, 1.75), names=("0.weight",),
+    rank=1, ddp_options=DdpOptions(static_graph=False, bucket_cap_mb=1.0), allreduces=((1,), (0, 1)), step_ends=(1.5, 1.75), names=("0.weight",),
     grads=(((0.5, float("nan")),), ((0.25, -1.0),)), params=((0.1, 0.2),), error=None,
 )
 

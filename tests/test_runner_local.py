@@ -3,11 +3,13 @@ timeouts with stacks, and no process left behind."""
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from grader.probe.events import Globals, Raised
+from grader.probe.events import DdpArgs, Globals, Raised
+from grader.probe.messages import DdpOptions
 from grader.run import procs
 from grader.run.job import JobSpec, Layout
 from grader.run.local import TOKEN_VARIABLE, LocalRunner
@@ -46,6 +48,25 @@ def test_ranks_get_torchruns_environment_in_a_multi_node_layout(runner: LocalRun
     assert lines == [f"{r} {r % 2} 4 2 {r // 2} 127.0.0.1 ['--x=1'] __main__" for r in range(4)]
     assert [r.status for r in result.ranks] == ["exit:0"] * 4
     assert result.ranks[3].first(Globals).values == {"answer": 42}
+
+
+def test_a_job_given_ddp_options_builds_every_ddp_with_them_and_records_them(runner: LocalRunner, tmp_path: Path) -> None:
+    """The reference solution's timed launches take the submission's DDP options: whatever the
+    script passes (here positionally and by keyword), its DDP is built with them."""
+    source = """
+        import torch, torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(4, 2), None, find_unused_parameters=False)
+        print(model.find_unused_parameters, model.gradient_as_bucket_view, model.bucket_bytes_cap, model.static_graph)
+        dist.destroy_process_group()
+        """
+    chosen = DdpOptions(find_unused_parameters=True, gradient_as_bucket_view=True, bucket_cap_mb=2.0)
+    given = runner.run(replace(script_job(tmp_path, "ddp", source), ddp_options=chosen))
+    plain = runner.run(script_job(tmp_path, "plain", source))
+    assert [r.stdout_tail.split() for r in (given.ranks[0], plain.ranks[0])] == [["True", "True", str(2 * 1024 * 1024), "False"], ["False", "False", str(25 * 1024 * 1024), "False"]]
+    recorded = given.ranks[0].first(DdpArgs)
+    assert (recorded.find_unused_parameters, recorded.gradient_as_bucket_view, recorded.bucket_cap_mb) == (True, True, 2.0)
 
 
 def test_exit_statuses_exceptions_and_crashes_are_told_apart(runner: LocalRunner, tmp_path: Path) -> None:

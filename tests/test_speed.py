@@ -3,6 +3,7 @@ processes: synthetic launches whose step times the test chooses, the fake runner
 NVML source. (Real timed gradings are in test_p6_grading.py and test_p10_grading.py.)"""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 
@@ -14,6 +15,7 @@ from grader.checks.dataparallel import gpu0_memory
 from grader.course import Practical
 from grader.grade.pipeline import GradeOptions, grade
 from grader.probe.events import Optimizer
+from grader.probe.messages import DdpOptions, WitnessReport
 from grader.results.gradescope import to_gradescope
 from grader.results.model import Status
 from grader.results.render import overview_text
@@ -208,6 +210,28 @@ def test_a_slow_submission_stays_slow_in_the_extra_rounds_and_a_fast_one_gets_no
     crashing = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8) if "@reference" in job.name or job.name == "ws2" else JobResult(spec=job, ranks=[], skipped="boom"))
     grade(practical, submission, crashing, GradeOptions(solutions=solutions, seed=5))
     assert len(crashing.jobs) == 1 + 2 * 2  # an untimed side is no matter of doubt: no extra rounds
+
+
+def witnessed(result: JobResult, options: DdpOptions, error: str | None = None) -> JobResult:
+    """`result` with a witness report that took on `options` (and stopped with `error`)."""
+    return replace(result, witness=WitnessReport(rank=1, ddp_options=options, allreduces=(), step_ends=(), names=(), grads=(), params=(), error=error))
+
+
+def test_the_reference_is_timed_with_the_ddp_options_a_clean_witness_took_on(timed_practical) -> None:
+    """find_unused_parameters and small buckets cost time in every DDP: the reference's timed
+    launches take them on too (the submission's own launches are left as they are); options
+    from a witness that stopped with an error are not taken."""
+    practical, submission, solutions = timed_practical
+    chosen = DdpOptions(find_unused_parameters=True, bucket_cap_mb=1.0)
+    runner = FakeRunner(lambda job: witnessed(launch(job.name, [0.01] * 8, [0.01] * 8), chosen) if job.name == "ws2" else replace(launch(job.name, [0.01] * 8, [0.01] * 8), spec=job))
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
+    assert [(job.name, job.ddp_options) for job in runner.jobs] == [("ws2", None), ("timed@reference", chosen), ("timed", None), ("timed@reference#2", chosen), ("timed#2", None)]
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.PASSED and efficiency.summary.endswith("built with your DDP options (find_unused_parameters=True, bucket_cap_mb=1)")
+    stopped = FakeRunner(lambda job: witnessed(launch(job.name, [0.01] * 8, [0.01] * 8), chosen, "it timed out") if job.name == "ws2" else replace(launch(job.name, [0.01] * 8, [0.01] * 8), spec=job))
+    report = grade(practical, submission, stopped, GradeOptions(solutions=solutions, seed=5))
+    assert all(job.ddp_options is None for job in stopped.jobs)
+    assert "DDP options" not in next(c for c in report.checks if c.id == "efficiency").summary
 
 
 def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is_timed(timed_practical) -> None:

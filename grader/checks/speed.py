@@ -7,7 +7,7 @@ interleaved with the submission's), so a busy node slows both sides alike:
 
 - `efficiency`: the submission's step time (the median of its launches) is at most
   `max_ratio` × the reference's (the median of its launches), per run (gradable anywhere, the
-  CPU included);
+  CPU included); the reference's DDP takes the submission's options (grader/grade/pipeline.py);
 - `scaling`: the speedup of the parallel run over the single-device run is at least `fraction`
   of the reference's speedup — the one calibrated on this machine's GPU model and count
   (calibration/<practical>.yaml) when there is one, else the one measured in this grading;
@@ -48,10 +48,18 @@ def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurem
     return names, [m for m in measured if m is not None]
 
 
+def _adopted_options(ctx: CheckContext, name: str) -> str:
+    """', built with your DDP options (…)' when the reference's launches took the submission's
+    options that are not DDP's defaults."""
+    chosen = next((launch.spec.ddp_options for launch in ctx.timings[name].reference if launch.spec.ddp_options is not None), None)
+    return f", built with your DDP options ({chosen.describe()})" if chosen is not None and chosen.describe() else ""
+
+
 def efficiency(ctx: CheckContext) -> Verdict:
     """Per timed run, the submission's step time is at most max_ratio × the reference
     solution's, both measured in this grading: the median of your k launches against the
-    median of the reference's k launches, interleaved with yours."""
+    median of the reference's k launches, interleaved with yours. The reference's DDP takes
+    your DDP options (as the witness took them on): a choice DDP offers costs you nothing here."""
     limit = float(ctx.options["max_ratio"])
     lines, data, passed = [], {}, True
     for run in ctx.runs:
@@ -66,7 +74,8 @@ def efficiency(ctx: CheckContext) -> Verdict:
         ratio = own.typical_s / reference.typical_s
         ok = ratio <= limit
         passed &= ok
-        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe()}, the reference {reference.describe()}")
+        adopted = _adopted_options(ctx, run.spec.name)
+        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe()}, the reference {reference.describe()}{adopted}")
         data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data()}
     summary = "; ".join(lines) if passed else next(line for line in lines if "allowed" in line)
     return Verdict(passed, summary, tuple(lines), data={"speed": data})

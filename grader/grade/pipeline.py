@@ -26,7 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from grader import __version__
 from grader.checks import failures
@@ -38,6 +38,7 @@ from grader.grade.answers import load_answers, manual_texts
 from grader.grade.prepared import Prepared
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.run.job import JobResult, JobRunner, JobSpec, Layout
+from grader.probe.messages import DdpOptions, WitnessReport
 from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
 from grader.spec import Assignment, CheckSpec, RunDef, load_answer_key
 
@@ -247,11 +248,14 @@ def _run_all(
     """Every planned launch in order; the timed runs last, round by round: in each of the
     `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own;
     then, round by round, up to `repeats` more for the timed runs still `doubtful` (a speed
-    check would fail them on the launches so far)."""
+    check would fail them on the launches so far). The reference's launches build their DDP
+    with the submission's options, as the witness of an earlier run took them on."""
 
     def launch(run: RunDef, role: str, repeat: int) -> JobResult:
         left = deadline - time.monotonic()
         job = job_for(run, max(left, 0.0), role, repeat)
+        if role == "reference":
+            job = replace(job, ddp_options=chosen)
         if problem:
             return JobResult(spec=job, ranks=[], skipped=problem)
         if left < MIN_RUN_S:
@@ -261,6 +265,7 @@ def _run_all(
         return runner.run(job)
 
     results = {run.name: launch(run, "own", 0) for run in runs if run not in timed}
+    chosen = witnessed_ddp_options(results.values())
     own: dict[str, list[JobResult]] = {run.name: [] for run in timed}
     reference: dict[str, list[JobResult]] = {run.name: [] for run in timed}
     pending = timed
@@ -274,6 +279,16 @@ def _run_all(
     results.update({name: launches[0] for name, launches in own.items()})
     ordered = {run.name: results[run.name] for run in runs}
     return ordered, {name: TimedRuns(tuple(own[name]), tuple(reference[name])) for name in own}
+
+
+def witnessed_ddp_options(results: Iterable[JobResult]) -> DdpOptions | None:
+    """The submission's DDP options as the first witness that took part in its DDP took them
+    on (None: no witness did). Options its records claim but its DDP did not use make the
+    witness's collectives mismatch, and grad_sync fails: find_unused_parameters and
+    static_graph add collectives, bucket_cap_mb changes their sizes (gradient_as_bucket_view
+    changes none, and only saves the reference a copy). A false claim cannot slow the
+    reference down unseen."""
+    return next((r.witness.ddp_options for r in results if isinstance(r.witness, WitnessReport) and r.witness.error is None and r.witness.ddp_options is not None), None)
 
 
 def _room_for(name: str, own: dict[str, list[JobResult]], reference: dict[str, list[JobResult]], deadline: float, margin: float = 2.0) -> bool:

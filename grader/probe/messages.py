@@ -17,6 +17,7 @@ cut into `witness` answers short enough that each is one atomic write on the pip
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar, Mapping, Union, cast
@@ -26,6 +27,30 @@ from grader.probe.typed import Malformed, Value, dumps, loads, parse_tagged
 
 class BadMessage(Malformed):
     """A message is not one the grader, the launcher or the rank writes."""
+
+
+@dataclass(frozen=True)
+class DdpOptions:
+    """The DistributedDataParallel options a script chose (its rank 0's, as the witness took
+    them on); the reference solution's timed launches are built with the submission's, so that
+    an option DDP offers costs the submission nothing in a speed check."""
+
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+    gradient_as_bucket_view: bool = False
+    bucket_cap_mb: float | None = None  # None: DDP's default
+
+    def as_kwargs(self) -> dict[str, bool | float]:
+        """The options as DistributedDataParallel's keyword arguments (a bucket size that is
+        not a positive number left to DDP's default)."""
+        kwargs: dict[str, bool | float] = {"find_unused_parameters": self.find_unused_parameters, "static_graph": self.static_graph, "gradient_as_bucket_view": self.gradient_as_bucket_view}
+        if self.bucket_cap_mb is not None and math.isfinite(self.bucket_cap_mb) and self.bucket_cap_mb > 0:
+            kwargs["bucket_cap_mb"] = self.bucket_cap_mb
+        return kwargs
+
+    def describe(self) -> str:
+        """The options that are not DDP's defaults, as keyword arguments ('' for none)."""
+        return ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}" for key, value in self.as_kwargs().items() if value is not False)
 
 
 @dataclass(frozen=True)
@@ -59,7 +84,7 @@ class WitnessReport:
 
     report: ClassVar[str] = "witness_report"
     rank: int
-    ddp_options: dict[str, str]  # the submission's DDP options the witness took on
+    ddp_options: DdpOptions | None  # the submission's DDP options the witness took on (None: it saw no DDP)
     allreduces: tuple[tuple[int, ...], ...]  # per step, per backward pass
     step_ends: tuple[float, ...]  # per optimizer step, seconds of the witness's monotonic clock
     names: tuple[str, ...]
@@ -106,6 +131,7 @@ class RankConfig:
     pg_timeout_s: float  # the process groups' timeout where the script gives none
     max_observation_bytes: int
     witness: WitnessPlan | None = None  # this rank is the grader's witness, not the script
+    ddp_options: DdpOptions | None = None  # every DDP the script builds takes these options (only for the reference solution's timed launches)
 
 
 # ------------------------------------------------------------------ requests

@@ -84,6 +84,7 @@ from grader.probe.events import (
     Raised,
     TensorInfo,
 )
+from grader.probe.messages import DdpOptions
 from grader.probe.patching import replace_in_torch
 from grader.probe.recorder import EventFile
 from grader.probe.typed import MAX_ITEMS, clip
@@ -108,10 +109,18 @@ class ProbeOptions:
     detail_steps: int = 0  # steps in which every module call is recorded
     pg_timeout_s: float | None = None  # a process-group timeout where the script gives none
     virtual_gpus: int = 0  # the process runs on this many virtual GPUs
+    ddp_options: DdpOptions | None = None  # every DDP is built with these options (the reference solution's timed launches take the submission's)
 
 
 def _plain_device(tensor: torch.Tensor) -> torch.device:
     return tensor.device
+
+
+def _with_options(build: Any, ddp: Any, args: tuple, kwargs: dict, options: DdpOptions) -> tuple[tuple, dict]:
+    """DistributedDataParallel's arguments `args`, `kwargs` with `options` in their place."""
+    bound = inspect.signature(build).bind(ddp, *args, **kwargs)
+    bound.arguments.update(options.as_kwargs())
+    return bound.args[1:], bound.kwargs
 
 
 def _environment_number(name: str) -> int | None:
@@ -375,6 +384,8 @@ class Probe:
         probe = self
 
         def built_and_hooked(ddp_self, *args, **kwargs):
+            if probe.options.ddp_options is not None:
+                args, kwargs = _with_options(build, ddp_self, args, kwargs, probe.options.ddp_options)
             probe._before_ddp_init(build, ddp_self, args, kwargs)
             build(ddp_self, *args, **kwargs)
             probe._after_ddp_init(ddp_self, args, kwargs)

@@ -128,6 +128,7 @@ def _run_script(config: RankConfig) -> int:
         detail_steps=2,
         pg_timeout_s=config.pg_timeout_s,
         virtual_gpus=config.virtual_gpus,
+        ddp_options=config.ddp_options,
     )
     probe = Probe(config.observations, options, device_of, config.max_observation_bytes)
     probe.install()

@@ -41,7 +41,7 @@ from contextlib import nullcontext
 from typing import Any, Callable
 
 from grader.probe.events import AllReduceCall, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Optimizer, parse_line
-from grader.probe.messages import WITNESS_PART_CHARS, WitnessPart, WitnessPlan, WitnessReport, WitnessStage, answer_line, witness_report_line
+from grader.probe.messages import WITNESS_PART_CHARS, DdpOptions, WitnessPart, WitnessPlan, WitnessReport, WitnessStage, answer_line, witness_report_line
 from grader.probe.typed import clip
 
 PEER_READ_BYTES = 64 << 20  # of the submission's event file: what the witness follows comes early in it
@@ -330,7 +330,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
-    seen: dict[str, Any] = {"options": {}, "allreduces": [], "ends": [], "grads": [], "names": (), "params": (), "layouts": []}
+    seen: dict[str, Any] = {"options": None, "allreduces": [], "ends": [], "grads": [], "names": (), "params": (), "layouts": []}
 
     def report(error: str | None) -> WitnessReport:
         return WitnessReport(
@@ -362,13 +362,11 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
         options = peer_ddp_args(records, plan.wait_s, mirror_all_reduce)
         if isinstance(options, str):
             return send(report(options))
-        chosen = {"find_unused_parameters": options.find_unused_parameters, "static_graph": options.static_graph, "gradient_as_bucket_view": options.gradient_as_bucket_view}
-        if options.bucket_cap_mb is not None and math.isfinite(options.bucket_cap_mb) and options.bucket_cap_mb > 0:
-            chosen["bucket_cap_mb"] = options.bucket_cap_mb
-        seen["options"] = {key: str(value) for key, value in chosen.items()}
+        chosen = DdpOptions(options.find_unused_parameters, options.static_graph, options.gradient_as_bucket_view, options.bucket_cap_mb)
+        seen["options"] = chosen
         torch.manual_seed(plan.seed)
         model = MODELS[plan.model](plan.dim, plan.hidden)
-        ddp = DistributedDataParallel(model, device_ids=None, **chosen)
+        ddp = DistributedDataParallel(model, device_ids=None, **chosen.as_kwargs())
         counts = {"calls": 0}
 
         def counted(state, bucket):  # type: ignore[no-untyped-def] # DDP refuses a bucket annotated other than dist.GradBucket

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from grader.probe.events import E, Event, Frame
-from grader.probe.messages import WitnessPlan, WitnessReport
+from grader.probe.messages import DdpOptions, WitnessPlan, WitnessReport
 from grader.run.records import ProcessRecord
 
 
@@ -52,6 +52,7 @@ class JobSpec:
     driver: bool = False  # the script is a grader driver: it gets the recorder (__grader_emit__)
     private: bool = False  # the grader's own code (a reference solution): its files go as soon as it ends
     witness: WitnessPlan | None = None  # the last rank is the grader's witness (grader/probe/witness.py), on this plan
+    ddp_options: DdpOptions | None = None  # every DDP the script builds takes these (the reference solution's timed launches: the submission's)
 
     @property
     def script_ranks(self) -> range:

@@ -371,6 +371,7 @@ class LocalRunner:
                     pg_timeout_s=float(job.timeout_s + 30),
                     max_observation_bytes=self.options.observation_bytes,
                     witness=witness if rank not in job.script_ranks else None,
+                    ddp_options=job.ddp_options,
                 )
             )
         return tuple(configs)
