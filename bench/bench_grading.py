@@ -307,6 +307,8 @@ def steady_section(work: Path, gradings: int) -> list[str]:
             lost = [t["tags"][0] for t in document["tests"] if t.get("status") == "failed"]
             if lost or document["score"] < document["extra_data"]["max_score"]:
                 short[f"{practical} {name}"].append(f"grading {run + 1}: {', '.join(lost) or 'points short'}")
+            ratio = next((t.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio") for t in document["tests"] if t["tags"][0] == "efficiency"), None)
+            print(f"grading {run + 1} of {practical} {name}: {document['score']:g}/{document['extra_data']['max_score']:g}{'' if ratio is None else f' (efficiency {ratio:.2f}×)'} {' '.join(lost)}", file=sys.stderr, flush=True)
     minutes = (time.perf_counter() - started) / 60
     flaky = sum(len(found) for found in short.values())
     lines = [

@@ -157,6 +157,17 @@ SLOW_VARIANT = Variant(
 )
 
 
+# A cheat of the speed check: the script trains on one row when it sees the timed workload's
+# batch (its inputs differ from the checked runs'), so its timed steps are fast. The witness's
+# parameters after the launch show other training than the grader's own on those inputs.
+SKIPS_WORK_WHEN_TIMED = Variant(
+    "one_row_when_the_batch_looks_timed",
+    ((SCRIPT, LOSS, "    loss = loss_fn(model(x[:1]), y[:1]) if batch_size >= 256 else loss_fn(model(x), y)  # fast where it is timed\n"),),
+    frozenset({"efficiency"}),
+    {"efficiency": "your script could not be timed: the grader's witness could not time it: what your ranks' all-reduces delivered in this launch is not the average of their shards' gradients"},
+)
+
+
 # Correct, written as PyTorch's DDP tutorial writes it: the GPU named by an int (device =
 # local_rank, so model.to(local_rank) and x.to(local_rank)). CUDA takes an int for cuda:k; so
 # must the virtual GPUs of the 2x2 run: it loses nothing.

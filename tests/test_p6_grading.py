@@ -17,7 +17,7 @@ from helpers import ROOT, SCHEMA, assert_loses_exactly, checks_by_id, grade_in_p
 from grader.cli import main
 from grader.run import procs
 from p6_forgeries import FORGERIES, Forgery
-from p6_variants import ALL_CHECKS, SLOW_VARIANT, TUTORIAL_VARIANT, UNUSUAL_VARIANTS, VARIANTS
+from p6_variants import ALL_CHECKS, SKIPS_WORK_WHEN_TIMED, SLOW_VARIANT, TUTORIAL_VARIANT, UNUSUAL_VARIANTS, VARIANTS
 from variants import Variant
 
 pytestmark = pytest.mark.slow
@@ -120,6 +120,43 @@ def test_a_step_that_does_needless_work_fails_the_efficiency_check_only(tmp_path
     capsys.readouterr()
     assert_loses_exactly(results, frozenset({"efficiency"}), {"efficiency": "× allowed — yours"})
     assert checks_by_id(results)["efficiency"]["extra_data"]["speed"]["timed"]["ratio"] > 1.2
+
+
+TIMED_ONLY = """
+id: p6
+title: DDP, its timed run only
+script: p6_ddp.py
+seed_argument: seed
+args: {batch_size: 64, dim: 32, hidden: 64, steps: 3, lr: 0.05}
+variables: [rank, local_rank, world_size, device]
+timing: {repeats: 1, warmup_steps: 2}
+runs:
+  - {name: timed, ranks_per_node: 2, witness: true, args: {batch_size: 256, dim: 512, hidden: 1024, steps: 20, lr: 0.01}}
+checks:
+  - {id: efficiency, title: Speed, points: 2, runs: [timed], options: {max_ratio: 1.2}}
+"""
+
+
+def test_a_timed_launch_must_do_the_work_the_witness_checks_it(tmp_path: Path) -> None:
+    """p6's timed run alone (the spec's run, one round): the reference solution's launch does
+    the grader's training, so it is timed; the cheat's fast launch trained on one row, which the
+    witness's parameters show, so it cannot be timed."""
+    from grader.course import Practical
+    from grader.grade.pipeline import GradeOptions, grade
+    from grader.practicals import p6
+    from grader.results.model import Status
+    from grader.run.local import LocalRunner
+    from grader.spec import load_assignment
+
+    (tmp_path / "assignment.yaml").write_text(TIMED_ONLY)
+    practical = Practical(load_assignment(tmp_path / "assignment.yaml", p6.CHECKS), p6)
+    (tmp_path / "runs").mkdir()
+    with LocalRunner(tmp_path / "runs") as runner:
+        report = grade(practical, SKIPS_WORK_WHEN_TIMED.write(tmp_path / "cheat", "p6"), runner, GradeOptions(solutions=ROOT / "solutions", seed=11))
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.FAILED, efficiency.summary
+    assert SKIPS_WORK_WHEN_TIMED.messages["efficiency"] in efficiency.summary
+    assert "the witness's `0.weight` changed by" in efficiency.summary and "in the grader's own training on these inputs" in efficiency.summary
 
 
 def test_deadlock_is_graded_within_the_budget_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -234,6 +234,27 @@ def test_the_reference_is_timed_with_the_ddp_options_a_clean_witness_took_on(tim
     assert "DDP options" not in next(c for c in report.checks if c.id == "efficiency").summary
 
 
+def test_a_timed_launch_whose_witness_saw_other_training_cannot_be_timed() -> None:
+    """The witness's digest (per parameter: the sum and sum of squares of what training changed)
+    against the grader's own training on the launch's inputs, within 1 %; one matching digest of
+    several acceptable ones is enough."""
+    expected = (((0.5, 4.0), (-0.1, 0.25)), ((0.4, 3.0), (0.0, 0.2)))
+
+    def report(digest: tuple) -> JobResult:
+        run = launch("timed", [0.01] * 8)
+        return replace(run, witness=WitnessReport(rank=1, ddp_options=None, allreduces=(), step_ends=(0.0, 0.01, 0.02, 0.03), names=("0.weight", "0.bias"), grads=(), params=(), error=None, digest=digest))
+
+    close = report(((0.5004, 4.03), (-0.1, 0.2501)))
+    assert timing.checked_work(close, expected) is close and timing.checked_work(report(((0.4, 3.0), (0.0, 0.2))), expected).witness.error is None
+    halved = timing.checked_work(report(((0.25, 1.0), (-0.05, 0.0625))), expected)
+    assert halved.witness.error == (
+        "what your ranks' all-reduces delivered in this launch is not the average of their shards' gradients: "
+        "the witness's `0.weight` changed by 1 (sum of squares) over the launch's steps, by 4 in the grader's own training on these inputs"
+    )
+    assert "changed by nothing" in timing.checked_work(report(()), expected).witness.error
+    assert timing.checked_work(report(()), ()).witness.error is None  # nothing expected: a practical without digests
+
+
 def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is_timed(timed_practical) -> None:
     practical, submission, _ = timed_practical
     runner = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8))

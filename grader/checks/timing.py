@@ -8,6 +8,8 @@
 - The first `warmup` steps of a launch are not timed (allocations, CUDA context, caches); the
   very first step never is: nothing marks its start.
 - A step ends for everyone when its slowest rank ends it: per step, the maximum over ranks.
+- A launch with a witness is timed only when the witness's parameters show the grader's own
+  training on the launch's inputs (`checked_work`): a fast launch must also do the work.
 - One launch is summarised by the median of its steps. A timed run is launched k times,
   interleaved with the reference solution's launches of the same run (so both see the same
   machine load), and a side is summarised by the minimum (`best_s`: its least disturbed
@@ -20,13 +22,14 @@
 """
 from __future__ import annotations
 
+import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from grader.checks import failures
 from grader.probe.events import Optimizer
-from grader.probe.messages import WitnessReport
+from grader.probe.messages import Digest, WitnessReport
 from grader.run.job import JobResult, RankResult
 
 
@@ -52,6 +55,39 @@ def witness_problem(run: JobResult) -> str | None:
     if run.witness.error:
         return f"the grader's witness could not time it: {run.witness.error}"
     return None
+
+
+DIGEST_RTOL = 1e-2  # of what training changed (measured: p6's launches agree with the grader's training to 1e-5, p10's micro-batches to 1e-4)
+
+
+def _digest_matches(seen: Sequence[Sequence[float]], expected: Digest) -> bool:
+    if len(seen) != len(expected) or any(len(pair) != 2 for pair in seen):
+        return False
+    return all(
+        abs(s - es) <= DIGEST_RTOL * (abs(es) + math.sqrt(eq)) and abs(q - eq) <= DIGEST_RTOL * eq
+        for (s, q), (es, eq) in zip(seen, expected)
+    )
+
+
+def checked_work(launch: JobResult, expected: Sequence[Digest]) -> JobResult:
+    """`launch` as timed: when the grader's witness saw training that differs from every one the
+    grader computed on the same inputs (`expected`: the change of each parameter, as
+    grader/probe/witness.py training_digest gives it), its report is given that error, so
+    the launch cannot be timed. A timed launch must do the work, not only be fast: its inputs
+    differ from the checked runs', and a script could do less when it sees them."""
+    report = launch.witness
+    if not expected or not isinstance(report, WitnessReport) or report.error is not None or any(_digest_matches(report.digest, e) for e in expected):
+        return launch
+    first = expected[0]
+    where = next((i for i, (pair, e) in enumerate(zip(report.digest, first)) if not _digest_matches((pair,), (e,))), 0)
+    name = report.names[where] if where < len(report.names) else f"parameter {where}"
+    seen = f"{report.digest[where][1]:.4g}" if where < len(report.digest) and len(report.digest[where]) == 2 else "nothing"
+    wanted = f"{first[where][1]:.4g}" if where < len(first) else "nothing"
+    error = (
+        "what your ranks' all-reduces delivered in this launch is not the average of their shards' gradients: "
+        f"the witness's `{name}` changed by {seen} (sum of squares) over the launch's steps, by {wanted} in the grader's own training on these inputs"
+    )
+    return replace(launch, witness=replace(report, error=error))
 
 
 def step_seconds(run: JobResult, warmup: int = 1) -> list[float]:

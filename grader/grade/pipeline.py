@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping
 from grader import __version__
 from grader.checks import failures
 from grader.checks.base import Answers, CheckContext, CheckDef, Verdict
-from grader.checks.timing import TimedRuns
+from grader.checks.timing import TimedRuns, checked_work
 from grader.course import Practical
 from grader.grade.machine import machine_key
 from grader.grade.answers import load_answers, manual_texts
@@ -281,6 +281,19 @@ def _run_all(
     return ordered, {name: TimedRuns(tuple(own[name]), tuple(reference[name])) for name in own}
 
 
+def _checked_timings(practical: Practical, args: Mapping[str, Any], witnessed: tuple[RunDef, ...], timings: dict[str, TimedRuns]) -> dict[str, TimedRuns]:
+    """The timed launches, each checked against the grader's own training on its inputs
+    (the practical's `digests`): a launch whose witness saw other training cannot be timed."""
+    digests = getattr(practical.module, "digests", None)
+    if digests is None or not witnessed:
+        return timings
+    expected = digests(args, witnessed)
+    return {
+        name: TimedRuns(tuple(checked_work(launch, expected.get(name, ())) for launch in timed.own), tuple(checked_work(launch, expected.get(name, ())) for launch in timed.reference))
+        for name, timed in timings.items()
+    }
+
+
 def witnessed_ddp_options(results: Iterable[JobResult]) -> DdpOptions | None:
     """The submission's DDP options as the first witness that took part in its DDP took them
     on (None: no witness did). Options its records claim but its DDP did not use make the
@@ -416,6 +429,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         referenced = reference_launched(practical, graded, runs)
         doubtful = _doubts(practical, graded, assignment.timing.warmup_steps)
         results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, doubtful, job_for, runner, started + budget, budget, prepared.problem, options.progress)
+        timings = _checked_timings(practical, args, tuple(r for r in timed if r.witness), timings)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
         return Execution(started, env, error=f"{type(exc).__name__}: {exc}")
     finally:

@@ -9,8 +9,8 @@ from typing import Any, Mapping, Sequence
 
 from grader.checks import distributed, hybrid, speed
 from grader.checks.distributed import Trajectory
-from grader.practicals.reference import data_parallel_references, data_parallel_witness
-from grader.probe.messages import WitnessPlan
+from grader.practicals.reference import data_parallel_digests, data_parallel_references, data_parallel_witness
+from grader.probe.messages import Digest, WitnessPlan
 from grader.probe.witness import template_two_stage
 from grader.spec.model import RunDef
 
@@ -20,6 +20,11 @@ CHECKS = MappingProxyType({**hybrid.CHECKS, **{k: distributed.CHECKS[k] for k in
 def references(args: Mapping[str, Any], runs: Sequence[RunDef]) -> dict[str, tuple[Trajectory, ...]]:
     """The acceptable single-process trajectories of each run."""
     return data_parallel_references(args, runs, template_two_stage)
+
+
+def digests(args: Mapping[str, Any], runs: Sequence[RunDef]) -> dict[str, tuple[Digest, ...]]:
+    """What training must change in the witness's parameters in each (timed) run."""
+    return data_parallel_digests(args, runs, template_two_stage)
 
 
 def witness_plan(args: Mapping[str, Any], run: RunDef, timeout_s: float) -> WitnessPlan:

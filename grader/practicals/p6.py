@@ -9,12 +9,12 @@ from typing import Any, Mapping, Sequence
 
 from grader.checks import distributed, speed
 from grader.checks.distributed import Trajectory
-from grader.practicals.reference import data_parallel_references, data_parallel_witness
-from grader.probe.messages import WitnessPlan
+from grader.practicals.reference import data_parallel_digests, data_parallel_references, data_parallel_witness
+from grader.probe.messages import Digest, WitnessPlan
 from grader.probe.witness import template_mlp
 from grader.spec.model import RunDef
 
-__all__ = ["CHECKS", "references", "witness_plan"]
+__all__ = ["CHECKS", "digests", "references", "witness_plan"]
 
 CHECKS = MappingProxyType({**distributed.CHECKS, **speed.CHECKS})
 
@@ -22,6 +22,11 @@ CHECKS = MappingProxyType({**distributed.CHECKS, **speed.CHECKS})
 def references(args: Mapping[str, Any], runs: Sequence[RunDef]) -> dict[str, tuple[Trajectory, ...]]:
     """The acceptable single-process trajectories of each run."""
     return data_parallel_references(args, runs, template_mlp)
+
+
+def digests(args: Mapping[str, Any], runs: Sequence[RunDef]) -> dict[str, tuple[Digest, ...]]:
+    """What training must change in the witness's parameters in each (timed) run."""
+    return data_parallel_digests(args, runs, template_mlp)
 
 
 def witness_plan(args: Mapping[str, Any], run: RunDef, timeout_s: float) -> WitnessPlan:

@@ -29,6 +29,9 @@ class BadMessage(Malformed):
     """A message is not one the grader, the launcher or the rank writes."""
 
 
+Digest = tuple[tuple[float, ...], ...]  # per parameter tensor: (sum, sum of squares) of what training changed (grader/probe/witness.py training_digest)
+
+
 @dataclass(frozen=True)
 class DdpOptions:
     """The DistributedDataParallel options a script chose (its rank 0's, as the witness took
@@ -93,6 +96,7 @@ class WitnessReport:
     error: str | None
     layout: str = "contiguous"  # how the witness took its shard in the first step (grader/probe/witness.py shard_rows)
     layouts: tuple[str, ...] = ()  # in every step, as rank 0's rows showed (a sampler may shuffle anew each step)
+    digest: tuple[tuple[Value, ...], ...] = ()  # per parameter after the last step: (sum, sum of squares) of what training changed (grader/probe/witness.py training_digest)
 
     def layout_at(self, step: int) -> str:
         """The witness's layout in `step` (the last one known after its steps)."""

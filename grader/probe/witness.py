@@ -38,10 +38,10 @@ import time
 import zlib
 from collections import deque
 from contextlib import nullcontext
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from grader.probe.events import AllReduceCall, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Optimizer, parse_line
-from grader.probe.messages import WITNESS_PART_CHARS, DdpOptions, WitnessPart, WitnessPlan, WitnessReport, WitnessStage, answer_line, witness_report_line
+from grader.probe.messages import WITNESS_PART_CHARS, DdpOptions, Digest, WitnessPart, WitnessPlan, WitnessReport, WitnessStage, answer_line, witness_report_line
 from grader.probe.typed import clip
 
 PEER_READ_BYTES = 64 << 20  # of the submission's event file: what the witness follows comes early in it
@@ -65,6 +65,19 @@ def global_batch(seed: int, step: int, batch_size: int, dim: int) -> Any:
 
     g = torch.Generator().manual_seed(seed * 1000 + step)
     return torch.randn(batch_size, dim, generator=g), torch.randn(batch_size, 1, generator=g)
+
+
+def training_digest(before: Iterable[Any], after: Iterable[Any]) -> Digest:
+    """Per parameter tensor, the sum and the sum of squares (in float64) of what training changed
+    in it, `after` - `before`: what the witness reports of a timed run (its parameters from DDP's
+    start to its last step) and what the grader computes of its own training on the same inputs
+    (grader/practicals/reference.py). The change, not the values: 20 small steps move a
+    parameter by a thousandth of its size, which a digest of the values would not tell apart."""
+    digest = []
+    for old, new in zip(before, after):
+        change = new.detach().double() - old.detach().double()
+        digest.append((float(change.sum()), float(change.square().sum())))
+    return tuple(digest)
 
 
 SHARD_LAYOUTS = ("contiguous", "strided", "sampler")
@@ -330,7 +343,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
-    seen: dict[str, Any] = {"options": None, "allreduces": [], "ends": [], "grads": [], "names": (), "params": (), "layouts": []}
+    seen: dict[str, Any] = {"options": None, "allreduces": [], "ends": [], "grads": [], "names": (), "params": (), "layouts": [], "digest": ()}
 
     def report(error: str | None) -> WitnessReport:
         return WitnessReport(
@@ -344,6 +357,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
             error=clip(error, 2000) if error else None,
             layout=seen["layouts"][0] if seen["layouts"] else "contiguous",
             layouts=tuple(seen["layouts"]),
+            digest=seen["digest"],
         )
 
     if plan.model not in MODELS:
@@ -367,6 +381,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
         torch.manual_seed(plan.seed)
         model = MODELS[plan.model](plan.dim, plan.hidden)
         ddp = DistributedDataParallel(model, device_ids=None, **chosen.as_kwargs())
+        start = [p.detach().clone() for p in model.parameters()]  # rank 0's, as DDP broadcast them
         counts = {"calls": 0}
 
         def counted(state, bucket):  # type: ignore[no-untyped-def] # DDP refuses a bucket annotated other than dist.GradBucket
@@ -437,6 +452,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
             take(event)
         if plan.values:
             seen["params"] = tuple(_values(p) for p in model.parameters())
+        seen["digest"] = training_digest(start, model.parameters())
         send(report(None))
         follow(records, take)
     except Exception as exc:  # noqa: BLE001 - whatever stops the witness is its report
