@@ -140,7 +140,8 @@ checks:
 def test_a_timed_launch_must_do_the_work_the_witness_checks_it(tmp_path: Path) -> None:
     """p6's timed run alone (the spec's run, one round): the reference solution's launch does
     the grader's training, so it is timed; the cheat's fast launch trained on one row, which the
-    witness's parameters show, so it cannot be timed."""
+    witness's parameters show, so it cannot be timed. A correct script whose sampler shuffles
+    anew in each of the 20 steps is timed: the witness follows its split in every step."""
     from grader.course import Practical
     from grader.grade.pipeline import GradeOptions, grade
     from grader.practicals import p6
@@ -151,8 +152,12 @@ def test_a_timed_launch_must_do_the_work_the_witness_checks_it(tmp_path: Path) -
     (tmp_path / "assignment.yaml").write_text(TIMED_ONLY)
     practical = Practical(load_assignment(tmp_path / "assignment.yaml", p6.CHECKS), p6)
     (tmp_path / "runs").mkdir()
+    shuffling = next(v for v in UNUSUAL_VARIANTS if "shuffling_each_step" in v.name)
     with LocalRunner(tmp_path / "runs") as runner:
         report = grade(practical, SKIPS_WORK_WHEN_TIMED.write(tmp_path / "cheat", "p6"), runner, GradeOptions(solutions=ROOT / "solutions", seed=11))
+        correct = grade(practical, shuffling.write(tmp_path / "shuffling", "p6"), runner, GradeOptions(solutions=ROOT / "solutions", seed=12))
+    timed = next(c for c in correct.checks if c.id == "efficiency")
+    assert "× the reference's step time" in timed.summary and "could not be timed" not in timed.summary, timed.summary
     efficiency = next(c for c in report.checks if c.id == "efficiency")
     assert efficiency.status is Status.FAILED, efficiency.summary
     assert SKIPS_WORK_WHEN_TIMED.messages["efficiency"] in efficiency.summary

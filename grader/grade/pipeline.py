@@ -36,9 +36,9 @@ from grader.course import Practical
 from grader.grade.machine import machine_key
 from grader.grade.answers import load_answers, manual_texts
 from grader.grade.prepared import Prepared
+from grader.probe.messages import DdpOptions, WitnessReport
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.run.job import JobResult, JobRunner, JobSpec, Layout
-from grader.probe.messages import DdpOptions, WitnessReport
 from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
 from grader.spec import Assignment, CheckSpec, RunDef, load_answer_key
 

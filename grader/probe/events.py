@@ -162,6 +162,9 @@ class DdpArgs(Event):
     bucket_cap_mb: float | None
 
 
+LEADING_ROWS = 4  # rows of a DDP forward's input summed in its record: the witness matches them with each split
+
+
 @dataclass(frozen=True, kw_only=True)
 class DdpForward(Event):
     """A DistributedDataParallel's forward with gradients on is about to run: `sync` says
@@ -172,7 +175,7 @@ class DdpForward(Event):
 
     kind: ClassVar[str] = "ddp_forward"
     sync: bool
-    rows: tuple[Value, ...] | None = None  # its input, each row summed (as Forward's rows)
+    rows: tuple[Value, ...] | None = None  # its input's first LEADING_ROWS rows, each summed (as Forward's rows), in every step
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -71,6 +71,7 @@ from grader.probe.events import (
     Exit,
     Forward,
     ForwardOutput,
+    LEADING_ROWS,
     Globals,
     InitPg,
     InitPgCall,
@@ -307,6 +308,25 @@ class Probe:
                 return tuple((rows.flatten(1).sum(1) if rows.dim() > 1 else rows).tolist())
         except Exception as exc:  # noqa: BLE001 -- the call is recorded without its rows
             self._failed("reading a model call's rows", exc)
+            return None
+
+    def leading_row_sums(self, args: tuple) -> tuple[float, ...] | None:
+        """The first LEADING_ROWS rows of a DDP forward's first tensor argument, each summed in
+        float64, in every step (a sampler may shuffle anew each step): which split of the
+        grader's batch the rank took, for the witness. Four rows of a CPU tensor (virtual GPUs
+        included), so nothing that weighs on a timed step; none of a real GPU's, whose copy would
+        wait for its queue (witnessed runs never train on one)."""
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if first is None:
+            return None
+        try:
+            with torch._C.DisableTorchFunction():
+                if first.dim() == 0 or not first.is_floating_point() or first.device.type != "cpu":
+                    return None
+                rows = first[:LEADING_ROWS].detach().to(torch.float64)
+                return tuple((rows.flatten(1).sum(1) if rows.dim() > 1 else rows).tolist())
+        except Exception as exc:  # noqa: BLE001 -- the call is recorded without its rows
+            self._failed("reading a DDP forward's rows", exc)
             return None
 
     def describe(self, value: Any) -> Any:
@@ -593,7 +613,7 @@ class Probe:
         fields = None
         try:
             if not stack and isinstance(module, DistributedDataParallel) and torch.is_grad_enabled():
-                self.emit(DdpForward, sync=bool(module.require_backward_grad_sync), rows=self.row_sums(args))
+                self.emit(DdpForward, sync=bool(module.require_backward_grad_sync), rows=self.leading_row_sums(args))
             fields = self._call_fields(module, stack, args)
         except Exception as exc:  # noqa: BLE001
             self._failed("a forward hook", exc)

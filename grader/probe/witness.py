@@ -40,7 +40,7 @@ from collections import deque
 from contextlib import nullcontext
 from typing import Any, Callable, Iterable
 
-from grader.probe.events import AllReduceCall, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Optimizer, parse_line
+from grader.probe.events import LEADING_ROWS, AllReduceCall, Backward, DamagedRecords, DdpArgs, DdpForward, DestroyPg, EndState, Exit, Optimizer, parse_line
 from grader.probe.messages import WITNESS_PART_CHARS, DdpOptions, Digest, WitnessPart, WitnessPlan, WitnessReport, WitnessStage, answer_line, witness_report_line
 from grader.probe.typed import clip
 
@@ -81,7 +81,6 @@ def training_digest(before: Iterable[Any], after: Iterable[Any]) -> Digest:
 
 
 SHARD_LAYOUTS = ("contiguous", "strided", "sampler")
-LAYOUT_MATCH_ROWS = 4  # of rank 0's first pass, compared with each layout's rows for rank 0
 SAMPLER_SEARCH = 4096  # DistributedSampler shuffles (seed + epoch) below this are tried when the usual ones do not fit
 
 
@@ -131,7 +130,7 @@ def layout_of(first_rows: tuple[float, ...] | None, row_sums: list[float], batch
     records hold no rows."""
     if not first_rows:
         return "contiguous"
-    seen = first_rows[:LAYOUT_MATCH_ROWS]
+    seen = first_rows[:LEADING_ROWS]
 
     def fits(layout: str) -> bool:
         expected = [row_sums[i] for i in shard_rows(layout, batch, world, 0)[: len(seen)]]
@@ -140,8 +139,8 @@ def layout_of(first_rows: tuple[float, ...] | None, row_sums: list[float], batch
     for layout in ("contiguous", "strided"):
         if fits(layout):
             return layout
-    # the wide search only on LAYOUT_MATCH_ROWS rows: on fewer, one of thousands of shuffles fits by chance
-    for key in sampler_keys(seed, step, sampler_key(previous) if previous else None, search=len(seen) >= LAYOUT_MATCH_ROWS):
+    # the wide search only on LEADING_ROWS rows: on fewer, one of thousands of shuffles fits by chance
+    for key in sampler_keys(seed, step, sampler_key(previous) if previous else None, search=len(seen) >= LEADING_ROWS):
         layout = sampler_layout(key)
         if fits(layout):
             return layout
@@ -404,7 +403,7 @@ def train(plan: WitnessPlan, rank: int, reached: Callable[[str], None], send: Ca
             if len(seen["layouts"]) <= step:  # the step's first pass: which rows are the witness's
                 last = seen["layouts"][-1] if seen["layouts"] else None
                 # a sampler may shuffle anew in every step (set_epoch); a step recorded without its rows
-                # (past the steps whose values are recorded) keeps the last step's split
+                # (an input that is no floating-point CPU tensor) keeps the last step's split
                 if last is None or (sampler_key(last) is not None and first):
                     layout = layout_of(first, x.double().sum(1).tolist(), plan.batch_size, plan.world_size, plan.seed, step, last)
                     if layout != last:
