@@ -52,6 +52,8 @@ def test_every_kind_has_one_class_and_its_events_come_back_as_they_were_written(
         ({**BACKWARD, "step": True}, "field 'step' of a 'backward' event is true, not a whole number"),
         ({**BACKWARD, "dur": float("inf")}, "field 'dur' of a 'backward' event is Infinity, not a finite number"),
         ({**BACKWARD, "score": 100}, "a 'backward' event has a field it should not have ('score')"),
+        ({**BACKWARD, "dur": 10**400}, "field 'dur' of a 'backward' event is a whole number too large for a float"),
+        ({"kind": "ddp_forward", "t": 0, "seq": 1, "step": 0, "sync": True, "rows": [1.0, -(10**400)]}, "field 'rows' of a 'ddp_forward' event holds a whole number too large for a float"),
         ([BACKWARD], "an event is a list, not a JSON object"),
         ({"kind": "note", "t": 0, "seq": 1, "step": 0, "text": "x" * (MAX_TEXT + 1)}, f"field 'text' of a 'note' event is longer than {MAX_TEXT} characters"),
         ({"kind": "init_pg_call", "t": 0, "seq": 1, "step": 0, "backend": "gloo", "kwargs": ["timeout"] * 70_000}, "field 'kwargs' of a 'init_pg_call' event has more than 65536 items"),

@@ -220,10 +220,12 @@ def witnessed(result: JobResult, options: DdpOptions, error: str | None = None) 
 def test_the_reference_is_timed_with_the_ddp_options_a_clean_witness_took_on(timed_practical) -> None:
     """find_unused_parameters and small buckets cost time in every DDP: the reference's timed
     launches take them on too (the submission's own launches are left as they are); options
-    from a witness that stopped with an error are not taken."""
+    that only save time are not (static_graph with no_sync trips an assert of torch's
+    reducer); options from a witness that stopped with an error are not taken."""
     practical, submission, solutions = timed_practical
     chosen = DdpOptions(find_unused_parameters=True, bucket_cap_mb=1.0)
-    runner = FakeRunner(lambda job: witnessed(launch(job.name, [0.01] * 8, [0.01] * 8), chosen) if job.name == "ws2" else replace(launch(job.name, [0.01] * 8, [0.01] * 8), spec=job))
+    seen = replace(chosen, static_graph=True, gradient_as_bucket_view=True)
+    runner = FakeRunner(lambda job: witnessed(launch(job.name, [0.01] * 8, [0.01] * 8), seen) if job.name == "ws2" else replace(launch(job.name, [0.01] * 8, [0.01] * 8), spec=job))
     report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
     assert [(job.name, job.ddp_options) for job in runner.jobs] == [("ws2", None), ("timed@reference", chosen), ("timed", None), ("timed@reference#2", chosen), ("timed#2", None)]
     efficiency = next(c for c in report.checks if c.id == "efficiency")
@@ -240,9 +242,9 @@ def test_a_timed_launch_whose_witness_saw_other_training_cannot_be_timed() -> No
     several acceptable ones is enough."""
     expected = (((0.5, 4.0), (-0.1, 0.25)), ((0.4, 3.0), (0.0, 0.2)))
 
-    def report(digest: tuple) -> JobResult:
+    def report(digest: tuple, options: DdpOptions | None = None) -> JobResult:
         run = launch("timed", [0.01] * 8)
-        return replace(run, witness=WitnessReport(rank=1, ddp_options=None, allreduces=(), step_ends=(0.0, 0.01, 0.02, 0.03), names=("0.weight", "0.bias"), grads=(), params=(), error=None, digest=digest))
+        return replace(run, witness=WitnessReport(rank=1, ddp_options=options, allreduces=(), step_ends=(0.0, 0.01, 0.02, 0.03), names=("0.weight", "0.bias"), grads=(), params=(), error=None, digest=digest))
 
     close = report(((0.5004, 4.03), (-0.1, 0.2501)))
     assert timing.checked_work(close, expected) is close and timing.checked_work(report(((0.4, 3.0), (0.0, 0.2))), expected).witness.error is None
@@ -253,6 +255,12 @@ def test_a_timed_launch_whose_witness_saw_other_training_cannot_be_timed() -> No
     )
     assert "changed by nothing" in timing.checked_work(report(()), expected).witness.error
     assert timing.checked_work(report(()), ()).witness.error is None  # nothing expected: a practical without digests
+    # the reference took on find_unused_parameters from the checked runs; a timed launch without it is not timed
+    adopted = DdpOptions(find_unused_parameters=True)
+    assert timing.checked_work(report(expected[0], DdpOptions(find_unused_parameters=True, static_graph=True)), expected, adopted).witness.error is None
+    assert timing.checked_work(report(expected[0], DdpOptions()), expected, adopted).witness.error == (
+        "your timed launch built its DDP with DDP's defaults, your checked runs with find_unused_parameters=True: the reference is timed with the options of your checked runs"
+    )
 
 
 def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is_timed(timed_practical) -> None:

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from grader.checks import failures
 from grader.probe.events import Optimizer
-from grader.probe.messages import Digest, WitnessReport
+from grader.probe.messages import DdpOptions, Digest, WitnessReport
 from grader.run.job import JobResult, RankResult
 
 
@@ -69,14 +69,23 @@ def _digest_matches(seen: Sequence[Sequence[float]], expected: Digest) -> bool:
     )
 
 
-def checked_work(launch: JobResult, expected: Sequence[Digest]) -> JobResult:
+def checked_work(launch: JobResult, expected: Sequence[Digest], adopted: DdpOptions | None = None) -> JobResult:
     """`launch` as timed: when the grader's witness saw training that differs from every one the
     grader computed on the same inputs (`expected`: the change of each parameter, as
-    grader/probe/witness.py training_digest gives it), its report is given that error, so
-    the launch cannot be timed. A timed launch must do the work, not only be fast: its inputs
-    differ from the checked runs', and a script could do less when it sees them."""
+    grader/probe/witness.py training_digest gives it), or a DDP built with other costly options
+    than `adopted` (those the reference's launches took on, from the checked runs), its report
+    is given that error, so the launch cannot be timed. The gradients must arrive: the timed
+    inputs differ from the checked runs', and a script could do less when it sees them. (The
+    digest cannot tell when they were computed: a script could compute every step's before
+    its first, where no step is timed.)"""
     report = launch.witness
-    if not expected or not isinstance(report, WitnessReport) or report.error is not None or any(_digest_matches(report.digest, e) for e in expected):
+    if not isinstance(report, WitnessReport) or report.error is not None:
+        return launch
+    if adopted is not None and report.ddp_options is not None and report.ddp_options.costly_part() != adopted:
+        used, checked = (options.describe() or "DDP's defaults" for options in (report.ddp_options.costly_part(), adopted))
+        error = f"your timed launch built its DDP with {used}, your checked runs with {checked}: the reference is timed with the options of your checked runs"
+        return replace(launch, witness=replace(report, error=error))
+    if not expected or any(_digest_matches(report.digest, e) for e in expected):
         return launch
     first = expected[0]
     where = next((i for i, (pair, e) in enumerate(zip(report.digest, first)) if not _digest_matches((pair,), (e,))), 0)

@@ -249,7 +249,8 @@ def _run_all(
     `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own;
     then, round by round, up to `repeats` more for the timed runs still `doubtful` (a speed
     check would fail them on the launches so far). The reference's launches build their DDP
-    with the submission's options, as the witness of an earlier run took them on."""
+    with the submission's costly options, as the witness of a checked run took them on."""
+    chosen: DdpOptions | None = None  # set once the checked runs are done: only timed launches come later
 
     def launch(run: RunDef, role: str, repeat: int) -> JobResult:
         left = deadline - time.monotonic()
@@ -283,25 +284,29 @@ def _run_all(
 
 def _checked_timings(practical: Practical, args: Mapping[str, Any], witnessed: tuple[RunDef, ...], timings: dict[str, TimedRuns]) -> dict[str, TimedRuns]:
     """The timed launches, each checked against the grader's own training on its inputs
-    (the practical's `digests`): a launch whose witness saw other training cannot be timed."""
+    (the practical's `digests`), the submission's also against the DDP options the reference's
+    launches took on: a launch whose witness saw other training, or other options, cannot be
+    timed."""
     digests = getattr(practical.module, "digests", None)
     if digests is None or not witnessed:
         return timings
     expected = digests(args, witnessed)
-    return {
-        name: TimedRuns(tuple(checked_work(launch, expected.get(name, ())) for launch in timed.own), tuple(checked_work(launch, expected.get(name, ())) for launch in timed.reference))
-        for name, timed in timings.items()
-    }
+    checked = {}
+    for name, timed in timings.items():
+        adopted = next((launch.spec.ddp_options for launch in timed.reference if launch.spec.ddp_options is not None), None)
+        own = tuple(checked_work(launch, expected.get(name, ()), adopted) for launch in timed.own)
+        checked[name] = TimedRuns(own, tuple(checked_work(launch, expected.get(name, ())) for launch in timed.reference))
+    return checked
 
 
 def witnessed_ddp_options(results: Iterable[JobResult]) -> DdpOptions | None:
-    """The submission's DDP options as the first witness that took part in its DDP took them
-    on (None: no witness did). Options its records claim but its DDP did not use make the
-    witness's collectives mismatch, and grad_sync fails: find_unused_parameters and
-    static_graph add collectives, bucket_cap_mb changes their sizes (gradient_as_bucket_view
-    changes none, and only saves the reference a copy). A false claim cannot slow the
-    reference down unseen."""
-    return next((r.witness.ddp_options for r in results if isinstance(r.witness, WitnessReport) and r.witness.error is None and r.witness.ddp_options is not None), None)
+    """The submission's costly DDP options (DdpOptions.costly_part) as the first witness that
+    took part in its DDP took them on (None: no witness did). A claim in the records that its
+    DDP did not make, the witness's collectives mismatch: find_unused_parameters adds one,
+    bucket_cap_mb changes their sizes (where the model fills more than one bucket), and grad_sync
+    fails. A script that uses other options in its timed launches than in its checked runs is
+    not timed (grader/checks/timing.py checked_work)."""
+    return next((r.witness.ddp_options.costly_part() for r in results if isinstance(r.witness, WitnessReport) and r.witness.error is None and r.witness.ddp_options is not None), None)
 
 
 def _room_for(name: str, own: dict[str, list[JobResult]], reference: dict[str, list[JobResult]], deadline: float, margin: float = 2.0) -> bool:

@@ -90,16 +90,26 @@ def _check_int(value: Any, what: str) -> int:
     return value
 
 
+def _as_float(value: Any, what: str) -> float:
+    """A JSON number as a float; Malformed for anything else, and for a whole number too large
+    for a float (JSON allows hundreds of digits, which float() refuses with OverflowError)."""
+    if not (type(value) is float or type(value) is int):
+        raise Malformed(f"{what} is {_shown(value)}, not a number")
+    try:
+        return float(value)
+    except OverflowError:
+        raise Malformed(f"{what} is a whole number too large for a float") from None
+
+
 def _check_float(value: Any, what: str) -> float:
-    if not (type(value) is float or type(value) is int) or not math.isfinite(value):
+    number = _as_float(value, what)
+    if not math.isfinite(number):
         raise Malformed(f"{what} is {_shown(value)}, not a finite number")
-    return float(value)
+    return number
 
 
 def _check_value(value: Any, what: str) -> float:
-    if not (type(value) is float or type(value) is int):
-        raise Malformed(f"{what} is {_shown(value)}, not a number")
-    return float(value)
+    return _as_float(value, what)
 
 
 def _check_bool(value: Any, what: str) -> bool:
@@ -150,7 +160,10 @@ def _numbers(value: Any, what: str) -> tuple[float, ...]:
     """A tensor's values: the fast path of a sequence of Value."""
     if not all(type(item) is float or type(item) is int for item in _list(value, what, MAX_NUMBERS)):
         raise Malformed(f"{what} holds something other than numbers")
-    return tuple(float(item) for item in value)
+    try:
+        return tuple(float(item) for item in value)
+    except OverflowError:
+        raise Malformed(f"{what} holds a whole number too large for a float") from None
 
 
 def _mapping(inner: Check) -> Check:
