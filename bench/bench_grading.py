@@ -23,7 +23,11 @@ on a machine with CUDA — the real-GPU path. Writes bench/RESULTS.md (and print
    the tests hold (tests/p*_variants.py: the correct-but-unusual ones, the tutorial-style
    ones) graded N times in a row, timed; every grading must give full marks. Spliced into the
    results file.
-6. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
+6. Spread (`--spread N`, alone): p6's and p10's reference solutions graded N times each,
+   timed: the ratio of the submission's side (the reference itself) to the reference's side
+   by launch medians and by undisturbed steps (the first decile of the pooled steps, what
+   `efficiency` judges), and how widely each spreads. Spliced into the results file.
+7. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
    DataParallel step times, NVML readings, and the fidelity suite (virtual vs real devices).
 All ratios are measured in this one process run.
 """
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import shutil
@@ -327,6 +332,41 @@ def steady_section(work: Path, gradings: int) -> list[str]:
     return [*lines, ""]
 
 
+def spread_section(work: Path, gradings: int) -> list[str]:
+    """p6's and p10's references graded `gradings` times each, alternating: per practical, the
+    spread of the efficiency ratio (the reference against itself) by launch medians and by
+    undisturbed steps. The Markdown section."""
+    ratios: dict[str, dict[str, list[float]]] = {p: {"median_step_s": [], "undisturbed_step_s": []} for p in ("p6", "p10")}
+    failed: dict[str, int] = {p: 0 for p in ratios}
+    started = time.perf_counter()
+    for run in range(gradings):
+        for practical, found in ratios.items():
+            _, document = grade(practical, work / "spread.json", "--seed", str(5000 + run))
+            check = efficiency_of(document)
+            failed[practical] += check["status"] == "failed"
+            timed = check.get("extra_data", {}).get("speed", {}).get("timed", {})
+            for key, values in found.items():
+                values.append(timed["submission"][key] / timed["reference"][key])
+            print(f"grading {run + 1} of {practical}: {', '.join(f'{k} {v[-1]:.3f}' for k, v in found.items())}", file=sys.stderr, flush=True)
+    minutes = (time.perf_counter() - started) / 60
+    lines = [
+        "## Spread of the efficiency ratio: the reference against itself",
+        "",
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --spread {gradings}` ({minutes:.0f} min): "
+        "each reference graded in full, timed; its own side's step against the reference side's, over every launch the grading made "
+        "(extra rounds included). `efficiency` judges undisturbed steps (the first decile of each side's pooled steps); launch medians are the protocol before.",
+        "",
+        "| practical | statistic | sd of the ratio's log | lowest | highest | above 1.2× |",
+        "|---|---|---|---|---|---|",
+    ]
+    for practical, found in ratios.items():
+        for key, values in found.items():
+            logs = [math.log(v) for v in values]
+            lines.append(f"| {practical} | {'undisturbed steps' if key == 'undisturbed_step_s' else 'launch medians'} | {statistics.pstdev(logs):.3f} | {min(values):.2f}× | {max(values):.2f}× | {sum(v > 1.2 for v in values)} of {len(values)} |")
+    lines += ["", "Gradings whose `efficiency` failed: " + ", ".join(f"{p} {n} of {gradings}" for p, n in failed.items()) + " (target 0).", ""]
+    return lines
+
+
 def splice(text: str, section: list[str]) -> str:
     """`text` with the section that starts with the heading of `section` replaced by it (added
     before the GPU section when there is none)."""
@@ -349,10 +389,11 @@ def main() -> None:
     parser.add_argument("--before", metavar="REV", help="also grade p6 with the grader of this commit, alternating with this checkout's (the cost of a change)")
     parser.add_argument("--witness", metavar="REV", help="only the witness's section: its cost against REV (a commit before it), a planted 1.5× slowdown and false fails, each --false-fail-runs gradings; spliced into --out")
     parser.add_argument("--steady", type=int, metavar="N", help="only the steady-verdicts section: every reference solution and correct variant graded N times; spliced into --out")
+    parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
-    if options.steady:
-        section = steady_section(work, options.steady)
+    if options.steady or options.spread:
+        section = steady_section(work, options.steady) if options.steady else spread_section(work, options.spread)
         old = options.out.read_text(encoding="utf-8") if options.out.exists() else "# Benchmarks\n"
         options.out.write_text(splice(old, section), encoding="utf-8")
         print("\n".join(section))

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from grader.submit.dispatch import WAITING_FOR_SLOT
-from helpers import ROOT, copy_course, git, needs, run_cli, sandbox_problem
+from helpers import ROOT, checks_by_id, copy_course, git, needs, run_cli, sandbox_problem
 from p6_variants import VARIANTS
 from slurm_cluster import SlurmCluster, slurm_problem
 
@@ -57,10 +57,24 @@ def stored(results: Path, student: str, commit: str) -> dict:
     return json.loads((results / student / "p6" / f"{commit}.json").read_text())
 
 
+def routing_course(target: Path) -> Path:
+    """A copy of the course whose p6 `efficiency` allows 3× the reference's step: these tests
+    are about where submissions and feedback go, and a grading must come out the same on a
+    noisy CI machine (the speed verdict's own tests are in test_speed.py and test_p6_grading.py;
+    its false fails are counted in bench/)."""
+    course = copy_course(target)
+    for spec in (course / "solutions" / "p6" / "assignment.yaml", course / "assignments" / "p6" / "assignment.yaml"):
+        text = spec.read_text()
+        assert text.count("options: {max_ratio: 1.2}") == 1
+        spec.write_text(text.replace("options: {max_ratio: 1.2}", "options: {max_ratio: 3.0}"))
+    return course
+
+
 def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    alice = course_repository(tmp_path, "alice", results)
-    bob = course_repository(tmp_path, "bob", results)
+    course = routing_course(tmp_path / "course")
+    alice = course_repository(tmp_path, "alice", results, course=course)
+    bob = course_repository(tmp_path, "bob", results, course=course)
     alice_commit = commit_solution(alice, ROOT / "solutions" / "p6", "DDP done")
     bob_commit = commit_solution(bob, WRONG.write(tmp_path / "wrong", "p6"), "DDP, I think")
 
@@ -80,7 +94,7 @@ def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) ->
         time.sleep(1)
 
     good, wrong = stored(results, "alice", alice_commit), stored(results, "bob", bob_commit)
-    assert good["score"] == good["extra_data"]["max_score"] == 20
+    assert good["score"] == good["extra_data"]["max_score"] == 20, {k: v["output"] for k, v in checks_by_id(good).items() if v["status"] != "passed"}
     assert 0 < wrong["score"] < 20
     assert "no all-reduce at all: is the model wrapped in DistributedDataParallel?" in json.dumps(wrong["tests"])
     for document, student, commit in ((good, "alice", alice_commit), (wrong, "bob", bob_commit)):
@@ -119,7 +133,7 @@ def set_deadline(course: Path, practical: str, moment: datetime.datetime) -> Non
 def test_a_push_while_slurm_is_down_is_graded_once_it_is_back_and_its_feedback_reaches_the_clone(tmp_path: Path) -> None:
     cluster = SlurmCluster(tmp_path / "slurm")
     cluster.write_config()  # configured, not started: the controller does not answer
-    course = copy_course(tmp_path / "course")
+    course = routing_course(tmp_path / "course")
     set_deadline(course, "p6", datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
     results = tmp_path / "results"
     clone = course_repository(tmp_path, "carol", results, "--backend", "slurm", "--time", "10", env=cluster.env, course=course)
@@ -146,7 +160,7 @@ def test_a_push_while_slurm_is_down_is_graded_once_it_is_back_and_its_feedback_r
     assert done.returncode == 0, done.stdout + done.stderr
     assert "started as job" in done.stdout
     document = stored(results, "carol", commit)
-    assert document["score"] == 20
+    assert document["score"] == 20, {k: v["output"] for k, v in checks_by_id(document).items() if v["status"] != "passed"}
     provenance = document["extra_data"]["provenance"]
     assert provenance["slurm_job"] and provenance["attempt"] == 1 and provenance["commit"] == commit
     assert not record.exists()

@@ -5,9 +5,10 @@ made, with inputs it chose; nothing a script prints is used. Each check compares
 measurement taken on the same machine in the same grading (the reference solution's launches,
 interleaved with the submission's), so a busy node slows both sides alike:
 
-- `efficiency`: the submission's step time (the median of its launches) is at most
-  `max_ratio` × the reference's (the median of its launches), per run (gradable anywhere, the
-  CPU included); the reference's DDP takes the submission's options (grader/grade/pipeline.py);
+- `efficiency`: the submission's undisturbed step time (the first decile of its timed steps,
+  pooled over its launches) is at most `max_ratio` × the reference's, per run (gradable
+  anywhere, the CPU included); the reference's DDP takes the submission's options
+  (grader/grade/pipeline.py);
 - `scaling`: the speedup of the parallel run over the single-device run is at least `fraction`
   of the reference's speedup — the one calibrated on this machine's GPU model and count
   (calibration/<practical>.yaml) when there is one, else the one measured in this grading;
@@ -16,8 +17,9 @@ interleaved with the submission's), so a busy node slows both sides alike:
 
 A submission that would fail `efficiency` after the spec's k rounds of launches gets up to k
 more rounds before the verdict (grader/grade/pipeline.py): failing takes twice the evidence,
-while a slow submission stays slow in every round. A side that could not be timed fails the check when it is the submission's own launches
-(a crash is not a fast run), and defers it when it is the reference's (not the student's doing).
+while a slow submission stays slow in every round. A side that could not be timed fails the
+check when it is the submission's own launches (a crash is not a fast run), and defers it
+when it is the reference's (not the student's doing).
 """
 from __future__ import annotations
 
@@ -57,9 +59,11 @@ def _adopted_options(ctx: CheckContext, name: str) -> str:
 
 def efficiency(ctx: CheckContext) -> Verdict:
     """Per timed run, the submission's step time is at most max_ratio × the reference
-    solution's, both measured in this grading: the median of your k launches against the
-    median of the reference's k launches, interleaved with yours. The reference's DDP takes
-    your DDP options (as the witness took them on): a choice DDP offers costs you nothing here."""
+    solution's, both measured in this grading over k launches each, interleaved: the first
+    decile of your timed steps against the first decile of the reference's (the steps another
+    process did not slow down; needless work in every step shows in every step). The
+    reference's DDP takes your DDP options (as the witness took them on): a choice DDP offers
+    costs you nothing here."""
     limit = float(ctx.options["max_ratio"])
     lines, data, passed = [], {}, True
     for run in ctx.runs:
@@ -71,11 +75,11 @@ def efficiency(ctx: CheckContext) -> Verdict:
             return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
         if not own.timed:
             return Verdict(False, f"{run.spec.name}: your script could not be timed: {own.problem}")
-        ratio = own.typical_s / reference.typical_s
+        ratio = own.undisturbed_s / reference.undisturbed_s
         ok = ratio <= limit
         passed &= ok
         adopted = _adopted_options(ctx, run.spec.name)
-        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe()}, the reference {reference.describe()}{adopted}")
+        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_undisturbed()}, the reference {reference.describe_undisturbed()}{adopted}")
         data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data()}
     summary = "; ".join(lines) if passed else next(line for line in lines if "allowed" in line)
     return Verdict(passed, summary, tuple(lines), data={"speed": data})
@@ -85,7 +89,7 @@ def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any
     """Whether `efficiency` would fail on these launches though both sides were timed (more
     launches of both may still pass it; a crash or an untimed side is not a matter of doubt)."""
     own, reference = measure(timed.own, warmup), measure(timed.reference, warmup)
-    return own.timed and reference.timed and own.typical_s / reference.typical_s > float(options["max_ratio"])
+    return own.timed and reference.timed and own.undisturbed_s / reference.undisturbed_s > float(options["max_ratio"])
 
 
 def _calibrated_speedup(ctx: CheckContext, baseline: str, parallel: str) -> float | None:
