@@ -482,7 +482,7 @@ assert SLOW_P6 != P6
 MORE_CASES = (
     Case("escapes_by_reexec_with_an_empty_environment", p6(REEXEC_DAEMON), 16, ("process(es) were still running after the ranks exited and were killed",)),
     Case("a_chain_of_120_live_processes_each_in_a_new_session", p6(CHAIN), 16, ("process(es) were still running after the ranks exited and were killed",)),
-    Case("outlives_its_job_to_stop_and_read_the_reference", p6(SABOTEUR, SLOW_P6), 16, ("above the 1.2× allowed",), args=(), timed=True),
+    Case("outlives_its_job_to_stop_and_read_the_reference", p6(SABOTEUR, SLOW_P6), 16, ("above the 1.3× allowed",), args=(), timed=True),
     Case("swaps_a_folder_for_a_link_to_etc", p6(SWAPPER), 16, ("process(es) were still running",)),
     Case("ptraces_the_launcher", p6(PTRACE, ""), 0, ("could not trace the launcher",)),
     Case("hard_links_a_root_only_file", p6(READ_HARD_LINK, ""), 0, ("notes.txt is a hard link", "the hard link was not copied"), setup=hard_link("notes.txt")),

@@ -153,7 +153,7 @@ SLOW_VARIANT = Variant(
         (SCRIPT, "import time\n", "import time\n\nfor _name in ('monotonic', 'perf_counter', 'time'):\n    setattr(time, _name, lambda real=getattr(time, _name), start=getattr(time, _name)(): start + (real() - start) / 3)\n"),
     ),
     frozenset({"efficiency"}),
-    {"efficiency": "above the 1.2× allowed"},
+    {"efficiency": "above the 1.3× allowed"},
 )
 
 

@@ -109,7 +109,7 @@ def test_releasing_twice_leaves_git_status_clean(tmp_path: Path) -> None:
     [
         (("    points: 2\n", "    pointz: 2\n"), "checks[0].pointz: expected one of the keys id, check, title, points"),
         (("    points: 2\n", "    points: two\n"), "checks[0].points: expected"),
-        (("    options: {max_ratio: 1.2}\n", "    options: {max_ratio: 1.2, fastest: yes}\n"), "fastest"),
+        (("    options: {max_ratio: 1.3}\n", "    options: {max_ratio: 1.3, fastest: yes}\n"), "fastest"),
     ],
     ids=["unknown key", "points not a number", "unknown option"],
 )

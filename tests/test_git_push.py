@@ -65,8 +65,8 @@ def routing_course(target: Path) -> Path:
     course = copy_course(target)
     for spec in (course / "solutions" / "p6" / "assignment.yaml", course / "assignments" / "p6" / "assignment.yaml"):
         text = spec.read_text()
-        assert text.count("options: {max_ratio: 1.2}") == 1
-        spec.write_text(text.replace("options: {max_ratio: 1.2}", "options: {max_ratio: 3.0}"))
+        assert text.count("options: {max_ratio: 1.3}") == 1
+        spec.write_text(text.replace("options: {max_ratio: 1.3}", "options: {max_ratio: 3.0}"))
     return course
 
 
