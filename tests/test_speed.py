@@ -107,9 +107,9 @@ def test_steps_disturbed_in_changing_shares_do_not_decide_efficiency_but_every_s
     reference's); the undisturbed steps say they are equally fast. A step slower by 35 % in
     every step fails, although the reference was disturbed as often."""
     reference = disturbed("timed@reference", (0.2, 0.3, 0.4))
-    lucky_neighbour = timing.TimedRuns(own=disturbed("timed", (0.7, 0.6, 0.8)), reference=reference)
-    assert timing.measure(lucky_neighbour.own).typical_s / timing.measure(reference).typical_s == pytest.approx(1.35)
-    verdict = speed.efficiency(context(["timed"], {"timed": lucky_neighbour}, {"max_ratio": 1.2}))
+    often_disturbed = timing.TimedRuns(own=disturbed("timed", (0.7, 0.6, 0.8)), reference=reference)
+    assert timing.measure(often_disturbed.own).typical_s / timing.measure(reference).typical_s == pytest.approx(1.35)
+    verdict = speed.efficiency(context(["timed"], {"timed": often_disturbed}, {"max_ratio": 1.2}))
     assert verdict.passed and "1.00× the reference's step time" in verdict.summary, verdict.summary
     assert "yours 10.00 ms per step undisturbed (the first decile of 54 steps in 3 launches; median launch 13.50 ms)" in verdict.summary
     assert verdict.data["speed"]["timed"]["submission"]["undisturbed_step_s"] == pytest.approx(0.010)

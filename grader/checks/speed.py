@@ -53,7 +53,7 @@ def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurem
 def _adopted_options(ctx: CheckContext, name: str) -> str:
     """', built with your DDP options (…)' when the reference's launches took the submission's
     options that are not DDP's defaults."""
-    chosen = next((launch.spec.ddp_options for launch in ctx.timings[name].reference if launch.spec.ddp_options is not None), None)
+    chosen = ctx.timings[name].adopted_options
     return f", built with your DDP options ({chosen.describe()})" if chosen is not None and chosen.describe() else ""
 
 

@@ -177,6 +177,12 @@ class TimedRuns:
     own: tuple[JobResult, ...]
     reference: tuple[JobResult, ...] = ()
 
+    @property
+    def adopted_options(self) -> DdpOptions | None:
+        """The submission's DDP options the reference's launches took on (None: they built
+        DDP as the reference solution does)."""
+        return next((launch.spec.ddp_options for launch in self.reference if launch.spec.ddp_options is not None), None)
+
 
 def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
     """The protocol over the launches of one side. A launch that failed, or that timed no step,

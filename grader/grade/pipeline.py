@@ -293,8 +293,7 @@ def _checked_timings(practical: Practical, args: Mapping[str, Any], witnessed: t
     expected = digests(args, witnessed)
     checked = {}
     for name, timed in timings.items():
-        adopted = next((launch.spec.ddp_options for launch in timed.reference if launch.spec.ddp_options is not None), None)
-        own = tuple(checked_work(launch, expected.get(name, ()), adopted) for launch in timed.own)
+        own = tuple(checked_work(launch, expected.get(name, ()), timed.adopted_options) for launch in timed.own)
         checked[name] = TimedRuns(own, tuple(checked_work(launch, expected.get(name, ())) for launch in timed.reference))
     return checked
 
