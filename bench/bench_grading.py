@@ -1,5 +1,6 @@
 """Benchmarks of grading (not tests): latency, overhead, the speed checks' false-fail rate, and —
-on a machine with CUDA — the real-GPU path. Writes bench/RESULTS.md (and prints it).
+on a machine with CUDA — the real-GPU path. Writes its sections into bench/RESULTS.md (the
+sections it did not measure are kept) and prints them.
 
     python bench/bench_grading.py [--repeat N] [--false-fail-runs N] [--out bench/RESULTS.md]
 
@@ -17,8 +18,8 @@ on a machine with CUDA — the real-GPU path. Writes bench/RESULTS.md (and print
 3. False fails: the reference solutions graded N times while a competing process keeps the
    other core busy; a speed check that fails the reference is a false fail. Target: 0 of 20.
 4. The grader's witness (`--witness REV`, alone): a graded p6 with and without it, a planted
-   1.5× slowdown hidden behind a forged clock (caught in ≥ 19 of 20), false fails under a busy
-   core with it (0 of 20). Spliced into the results file.
+   1.5× slowdown hidden behind a forged clock (caught in ≥ 19 of 20), false fails of p6's and
+   p10's references under a busy core with it (0 of 20). Spliced into the results file.
 5. Steady verdicts (`--steady N`, alone): every reference solution and every correct variant
    the tests hold (tests/p*_variants.py: the correct-but-unusual ones, the tutorial-style
    ones) graded N times in a row, timed; every grading must give full marks. Spliced into the
@@ -40,6 +41,7 @@ import math
 import os
 import platform
 import shutil
+import re
 import socket
 import statistics
 import subprocess
@@ -254,8 +256,8 @@ def efficiency_of(document: dict) -> dict:
 def witness_section(revision: str, work: Path, repeats: int, gradings: int) -> list[str]:
     """The grader's witness (issue: verdicts the submission cannot forge): a graded p6 with the
     grader of `revision` (before the witness) against this checkout's, alternating; a planted
-    1.5× slowdown behind a forged clock, graded `gradings` times; the reference graded
-    `gradings` times under a busy core (false fails)."""
+    1.5× slowdown behind a forged clock, graded `gradings` times; p6's and p10's references
+    graded `gradings` times each under a busy core (false fails)."""
     lines = compare_with(revision, work, repeats, "## The grader's witness: its cost (the grader of {commit}, without it, against this checkout's)")
     planted = planted_slowdown(work, 0.5)
     caught, ratios = 0, []
@@ -264,12 +266,15 @@ def witness_section(revision: str, work: Path, repeats: int, gradings: int) -> l
         check = efficiency_of(document)
         caught += check["status"] == "failed"
         ratios.append(check.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio", float("nan")))
+        print(f"planted slowdown, grading {run + 1}: efficiency {check['status']} ({ratios[-1]:.2f}×)", file=sys.stderr, flush=True)
     load = competing_load()
-    false_fails: list[str] = []
+    false_fails: dict[str, list[str]] = {"p6": [], "p10": []}
     try:
         for run in range(gradings):
-            _, document = grade("p6", work / f"busy-{run}.json", "--seed", str(3200 + run))
-            false_fails += speed_failures(load_practical(load_course(ROOT), "p6"), document)
+            for practical, found in false_fails.items():
+                _, document = grade(practical, work / f"busy-{practical}-{run}.json", "--seed", str(3200 + run))
+                found += speed_failures(load_practical(load_course(ROOT), practical), document)
+                print(f"grading {run + 1} of {practical} under a busy core: {document['score']:g}/{document['extra_data']['max_score']:g}", file=sys.stderr, flush=True)
     finally:
         load.kill()
     shown = ", ".join(f"{r:.2f}" for r in sorted(ratios))
@@ -278,8 +283,11 @@ def witness_section(revision: str, work: Path, repeats: int, gradings: int) -> l
         f"and every clock of its own process slowed to a third, so that its records show fast steps: **caught in {caught} of {gradings}** gradings (target ≥ 19). "
         f"Ratios the witness's clock gave: {shown}.",
         "",
-        f"False fails with the witness: p6's reference graded {gradings} times with a busy loop on the last core: **{len(false_fails)} of {gradings}** had a failed speed check (target 0)."
-        + "".join(f"\n- {f}" for f in false_fails[:5]),
+        *(
+            f"False fails with the witness: {practical}'s reference graded {gradings} times with a busy loop on the last core: **{len(found)} of {gradings}** had a failed speed check (target 0)."
+            + "".join(f"\n- {f}" for f in found[:5])
+            for practical, found in false_fails.items()
+        ),
         "",
     ]
     return lines
@@ -305,6 +313,7 @@ def steady_section(work: Path, gradings: int) -> list[str]:
     the Markdown section that says how many gradings fell short of full marks, and which checks."""
     submissions = correct_submissions(work)
     short: dict[str, list[str]] = {f"{p} {name}": [] for p, name, _ in submissions}
+    ratios: dict[str, list[float]] = {key: [] for key in short}
     started = time.perf_counter()
     for run in range(gradings):
         for practical, name, folder in submissions:
@@ -313,6 +322,8 @@ def steady_section(work: Path, gradings: int) -> list[str]:
             if lost or document["score"] < document["extra_data"]["max_score"]:
                 short[f"{practical} {name}"].append(f"grading {run + 1}: {', '.join(lost) or 'points short'}")
             ratio = next((t.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio") for t in document["tests"] if t["tags"][0] == "efficiency"), None)
+            if ratio is not None:
+                ratios[f"{practical} {name}"].append(ratio)
             print(f"grading {run + 1} of {practical} {name}: {document['score']:g}/{document['extra_data']['max_score']:g}{'' if ratio is None else f' (efficiency {ratio:.2f}×)'} {' '.join(lost)}", file=sys.stderr, flush=True)
     minutes = (time.perf_counter() - started) / 60
     flaky = sum(len(found) for found in short.values())
@@ -323,12 +334,13 @@ def steady_section(work: Path, gradings: int) -> list[str]:
         f"every reference solution and every correct variant of the tests, graded {gradings} times in a row, timed, each with its own seed. "
         f"**{flaky} of {gradings * len(submissions)}** gradings fell short of full marks (target 0).",
         "",
-        "| practical | submission | gradings with full marks |",
-        "|---|---|---|",
+        "| practical | submission | gradings with full marks | efficiency ratios |",
+        "|---|---|---|---|",
     ]
     for practical, name, _ in submissions:
-        misses = short[f"{practical} {name}"]
-        lines.append(f"| {practical} | {name} | {gradings - len(misses)} of {gradings}{' — ' + '; '.join(misses[:3]) if misses else ''} |")
+        misses, measured = short[f"{practical} {name}"], ratios[f"{practical} {name}"]
+        spread = f"{min(measured):.2f}–{max(measured):.2f}×" if measured else "–"
+        lines.append(f"| {practical} | {name} | {gradings - len(misses)} of {gradings}{' — ' + '; '.join(misses[:3]) if misses else ''} | {spread} |")
     return [*lines, ""]
 
 
@@ -393,6 +405,18 @@ def splice(text: str, section: list[str]) -> str:
         return "\n".join([*kept[:start], *section, *kept[start:]])
     end = next((i for i in range(start + 1, len(kept)) if kept[i].startswith("## ")), len(kept))
     return "\n".join([*kept[:start], *section, *kept[end:]])
+
+
+def splice_sections(text: str, new: str) -> str:
+    """`text` with its preamble (the lines before the first `## ` heading) replaced by `new`'s,
+    and each of `new`'s sections spliced in (`splice`): the sections this run did not measure
+    are kept."""
+    old_parts = re.split(r"(?m)^(?=## )", text)
+    new_parts = re.split(r"(?m)^(?=## )", new)
+    result = new_parts[0] + "".join(old_parts[1:])
+    for section in new_parts[1:]:
+        result = splice(result, section.rstrip("\n").split("\n") + [""])
+    return result
 
 
 def main() -> None:
@@ -474,7 +498,7 @@ def main() -> None:
         lines.append(f"- {practical}: **{len(failed)} of {options.false_fail_runs}** gradings had a failed speed check (target 0)" + "".join(f"\n  - {f}" for f in failed[:5]))
     lines += ["", "## On a GPU machine", "", *gpu_section(work), ""]
     text = "\n".join(lines)
-    options.out.write_text(text, encoding="utf-8")
+    options.out.write_text(splice_sections(options.out.read_text(encoding="utf-8"), text) if options.out.exists() else text, encoding="utf-8")
     print(text)
 
 

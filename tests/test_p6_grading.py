@@ -112,16 +112,6 @@ def test_a_submission_written_like_pytorchs_ddp_tutorial_gets_full_marks(tmp_pat
     assert "rank 2→cuda:0, rank 3→cuda:1" in checks_by_id(results)["device_mapping"]["output"]
 
 
-def test_a_step_that_does_needless_work_fails_the_efficiency_check_only(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """Correct in every way, but it evaluates a validation loss on 4 extra batches every step:
-    the grader's interleaved timing against the reference solution catches it."""
-    folder = SLOW_VARIANT.write(tmp_path / "slow", "p6")
-    results = grade_in_process("p6", folder, tmp_path / "results.json", timed=True)
-    capsys.readouterr()
-    assert_loses_exactly(results, frozenset({"efficiency"}), {"efficiency": "× allowed — yours"})
-    assert checks_by_id(results)["efficiency"]["extra_data"]["speed"]["timed"]["ratio"] > 1.2
-
-
 TIMED_ONLY = """
 id: p6
 title: DDP, its timed run only
@@ -133,35 +123,43 @@ timing: {repeats: 1, warmup_steps: 2}
 runs:
   - {name: timed, ranks_per_node: 2, witness: true, args: {batch_size: 256, dim: 512, hidden: 1024, steps: 20, lr: 0.01}}
 checks:
-  - {id: efficiency, title: Speed, points: 2, runs: [timed], options: {max_ratio: 1.2}}
+  - {id: efficiency, title: Speed, points: 2, runs: [timed], options: {max_ratio: 1.3}}
 """
 
 
-def test_a_timed_launch_must_do_the_work_the_witness_checks_it(tmp_path: Path) -> None:
-    """p6's timed run alone (the spec's run, one round): the reference solution's launch does
-    the grader's training, so it is timed; the cheat's fast launch trained on one row, which the
-    witness's parameters show, so it cannot be timed. A correct script whose sampler shuffles
-    anew in each of the 20 steps is timed: the witness follows its split in every step."""
+def grade_timed_only(tmp_path: Path, variants: tuple[Variant, ...]) -> list:
+    """Each variant graded on p6's timed run alone (the spec's run, one round; more when its
+    verdict is in doubt), with the reference solution's launches interleaved: the reports."""
     from grader.course import Practical
     from grader.grade.pipeline import GradeOptions, grade
     from grader.practicals import p6
-    from grader.results.model import Status
     from grader.run.local import LocalRunner
     from grader.spec import load_assignment
 
     (tmp_path / "assignment.yaml").write_text(TIMED_ONLY)
     practical = Practical(load_assignment(tmp_path / "assignment.yaml", p6.CHECKS), p6)
     (tmp_path / "runs").mkdir()
-    shuffling = next(v for v in UNUSUAL_VARIANTS if "shuffling_each_step" in v.name)
     with LocalRunner(tmp_path / "runs") as runner:
-        report = grade(practical, SKIPS_WORK_WHEN_TIMED.write(tmp_path / "cheat", "p6"), runner, GradeOptions(solutions=ROOT / "solutions", seed=11))
-        correct = grade(practical, shuffling.write(tmp_path / "shuffling", "p6"), runner, GradeOptions(solutions=ROOT / "solutions", seed=12))
-    timed = next(c for c in correct.checks if c.id == "efficiency")
-    assert "× the reference's step time" in timed.summary and "could not be timed" not in timed.summary, timed.summary
-    efficiency = next(c for c in report.checks if c.id == "efficiency")
-    assert efficiency.status is Status.FAILED, efficiency.summary
-    assert SKIPS_WORK_WHEN_TIMED.messages["efficiency"] in efficiency.summary
-    assert "the witness's `0.weight` changed by" in efficiency.summary and "in the grader's own training on these inputs" in efficiency.summary
+        return [grade(practical, v.write(tmp_path / v.name, "p6"), runner, GradeOptions(solutions=ROOT / "solutions", seed=11 + i)) for i, v in enumerate(variants)]
+
+
+def test_a_timed_launch_must_do_the_work_the_witness_checks_it_and_is_timed_by_its_clock(tmp_path: Path) -> None:
+    """p6's timed run alone: the reference solution's launch does the grader's training, so it
+    is timed; the cheat's fast launch trained on one row, which the witness's parameters show,
+    so it cannot be timed. A correct script whose sampler shuffles anew in each of the 20 steps
+    is timed: the witness follows its split in every step. A correct script that does needless
+    work in every step, behind a clock of its own slowed to a third, fails: the witness's clock
+    times its steps (in full, it is graded so beside the hostile corpus's saboteur)."""
+    from grader.results.model import Status
+
+    shuffling = next(v for v in UNUSUAL_VARIANTS if "shuffling_each_step" in v.name)
+    cheat, correct, slow = (next(c for c in report.checks if c.id == "efficiency") for report in grade_timed_only(tmp_path, (SKIPS_WORK_WHEN_TIMED, shuffling, SLOW_VARIANT)))
+    assert "× the reference's step time" in correct.summary and "could not be timed" not in correct.summary, correct.summary
+    assert cheat.status is Status.FAILED, cheat.summary
+    assert SKIPS_WORK_WHEN_TIMED.messages["efficiency"] in cheat.summary
+    assert "the witness's `0.weight` changed by" in cheat.summary and "in the grader's own training on these inputs" in cheat.summary
+    assert slow.status is Status.FAILED and SLOW_VARIANT.messages["efficiency"] in slow.summary, slow.summary
+    assert slow.data["speed"]["timed"]["ratio"] > 1.3
 
 
 def test_deadlock_is_graded_within_the_budget_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

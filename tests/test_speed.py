@@ -270,7 +270,8 @@ def test_a_timed_launch_whose_witness_saw_other_training_cannot_be_timed() -> No
         "what your ranks' all-reduces delivered in this launch is not the average of their shards' gradients: "
         "the witness's `0.weight` changed by 1 (sum of squares) over the launch's steps, by 4 in the grader's own training on these inputs"
     )
-    assert "changed by nothing" in timing.checked_work(report(()), expected).witness.error
+    assert "the witness's `0.weight` changed by nothing" in timing.checked_work(report(()), expected).witness.error
+    assert "the witness's `0.bias` changed by nothing (sum of squares) over the launch's steps, by 0.25 in" in timing.checked_work(report(expected[0][:1]), expected).witness.error
     assert timing.checked_work(report(()), ()).witness.error is None  # nothing expected: a practical without digests
     # the reference took on find_unused_parameters from the checked runs; a timed launch without it is not timed
     adopted = DdpOptions(find_unused_parameters=True)

@@ -95,7 +95,8 @@ def checked_work(launch: JobResult, expected: Sequence[Digest], adopted: DdpOpti
     if not expected or any(_digest_matches(report.digest, e) for e in expected):
         return launch
     first = expected[0]
-    where = next((i for i, (pair, e) in enumerate(zip(report.digest, first)) if not _digest_matches((pair,), (e,))), 0)
+    # the first parameter that differs; when every common one agrees, the first one only one side has
+    where = next((i for i, (pair, e) in enumerate(zip(report.digest, first)) if not _digest_matches((pair,), (e,))), min(len(report.digest), len(first)))
     name = report.names[where] if where < len(report.names) else f"parameter {where}"
     seen = f"{report.digest[where][1]:.4g}" if where < len(report.digest) and len(report.digest[where]) == 2 else "nothing"
     wanted = f"{first[where][1]:.4g}" if where < len(first) else "nothing"
