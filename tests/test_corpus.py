@@ -3,7 +3,7 @@ written from the requirements without reading the checks: each case must lose ex
 checks its requirement says it must. The speed checks are left out (grade_in_process defers
 them), so a verdict never depends on the machine's load; p5's real-GPU checks are deferred here.
 The suite grades a sample of each corpus, spread evenly over it; bench/corpus.py grades every
-case (a p6 or p10 grading takes 10-40 s).
+case (a p6 or p10 grading takes 6-9 s here, a p4 or p5 one 3-6 s).
 
 Cases where the grader disagrees with the requirement are kept with the requirement's
 expectation and marked as strict xfails (the corpus's DISAGREEMENTS), so a fix of the grader
