@@ -40,8 +40,8 @@ import json
 import math
 import os
 import platform
-import shutil
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -267,13 +267,15 @@ def witness_section(revision: str, work: Path, repeats: int, gradings: int) -> l
         caught += check["status"] == "failed"
         ratios.append(check.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio", float("nan")))
         print(f"planted slowdown, grading {run + 1}: efficiency {check['status']} ({ratios[-1]:.2f}×)", file=sys.stderr, flush=True)
-    load = competing_load()
     false_fails: dict[str, list[str]] = {"p6": [], "p10": []}
+    course = load_course(ROOT)
+    practicals = {practical: load_practical(course, practical) for practical in false_fails}
+    load = competing_load()
     try:
         for run in range(gradings):
             for practical, found in false_fails.items():
                 _, document = grade(practical, work / f"busy-{practical}-{run}.json", "--seed", str(3200 + run))
-                found += speed_failures(load_practical(load_course(ROOT), practical), document)
+                found += speed_failures(practicals[practical], document)
                 print(f"grading {run + 1} of {practical} under a busy core: {document['score']:g}/{document['extra_data']['max_score']:g}", file=sys.stderr, flush=True)
     finally:
         load.kill()
