@@ -127,7 +127,7 @@ checks:
 """
 
 
-def grade_timed_only(tmp_path: Path, variants: tuple[Variant, ...]) -> list:
+def grade_timed_only(tmp_path: Path, variants: tuple[Variant, ...], spec: str = TIMED_ONLY) -> list:
     """Each variant graded on p6's timed run alone (the spec's run, one round; more when its
     verdict is in doubt), with the reference solution's launches interleaved: the reports."""
     from grader.course import Practical
@@ -136,7 +136,7 @@ def grade_timed_only(tmp_path: Path, variants: tuple[Variant, ...]) -> list:
     from grader.run.local import LocalRunner
     from grader.spec import load_assignment
 
-    (tmp_path / "assignment.yaml").write_text(TIMED_ONLY)
+    (tmp_path / "assignment.yaml").write_text(spec)
     practical = Practical(load_assignment(tmp_path / "assignment.yaml", p6.CHECKS), p6)
     (tmp_path / "runs").mkdir()
     with LocalRunner(tmp_path / "runs") as runner:
@@ -160,6 +160,36 @@ def test_a_timed_launch_must_do_the_work_the_witness_checks_it_and_is_timed_by_i
     assert "the witness's `0.weight` changed by" in cheat.summary and "in the grader's own training on these inputs" in cheat.summary
     assert slow.status is Status.FAILED and SLOW_VARIANT.messages["efficiency"] in slow.summary, slow.summary
     assert slow.data["speed"]["timed"]["ratio"] > 1.3
+
+
+# p6's timed run as on a GPU node's real GPUs, where no witness joins: the grader's clock
+# times pairs of launches of 16 and 96 steps (a larger batch than the spec's, so the
+# reference's 80 steps between them take seconds: measured 22 ms a step here, the slow
+# variant's 40 ms, 1.8×, with its records claiming 14 ms; the grading about 21 s)
+CLOCKED_ONLY = TIMED_ONLY.replace("timing: {repeats: 1, warmup_steps: 2}", "timing: {repeats: 1, warmup_steps: 2, clock_factor: 6}").replace(
+    "witness: true, args: {batch_size: 256, dim: 512, hidden: 1024, steps: 20, lr: 0.01}", "args: {batch_size: 1024, dim: 512, hidden: 1024, steps: 16, lr: 0.01}"
+)
+# needless work in every step (three more forward passes) behind clocks slowed to a third
+SLOWED_CLOCK = Variant(
+    "three_forwards_more_every_step_behind_a_slowed_clock",
+    (SLOW_VARIANT.edits[1], ("p6_ddp.py", "    loss = loss_fn(model(x), y)\n", "    loss = loss_fn(model(x), y)\n    with torch.no_grad():\n        for _ in range(3):\n            model(x)\n")),
+    frozenset({"efficiency"}),
+    {"efficiency": "above the 1.3× allowed"},
+)
+
+
+def test_without_a_witness_the_graders_clock_times_whole_launches_and_a_slowed_clock_is_named(tmp_path: Path) -> None:
+    """Where no witness joins (ranks on real GPUs), a step is the difference of two launches'
+    wall times by the grader's clock over the steps between them: the needless work fails
+    efficiency though the script's own clocks ran at a third, and the feedback names what its
+    records claimed."""
+    from grader.results.model import Status
+
+    (report,) = grade_timed_only(tmp_path, (SLOWED_CLOCK,), CLOCKED_ONLY)
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.FAILED and SLOWED_CLOCK.messages["efficiency"] in efficiency.summary, efficiency.summary
+    assert "by the grader's clock (the first decile of 2 pairs of launches of 16 and 96 steps" in efficiency.summary
+    assert "your script's own records say" in efficiency.summary, efficiency.summary
 
 
 def test_deadlock_is_graded_within_the_budget_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

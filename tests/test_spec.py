@@ -87,6 +87,25 @@ def test_a_bad_spec_says_where_what_was_expected_and_what_was_found(tmp_path: Pa
     assert message.endswith(f"found {found}"), message
 
 
+def test_every_timed_run_gives_the_script_its_steps_and_the_clock_factor_is_checked(tmp_path: Path) -> None:
+    """The grader times a run without its witness by launches of two step counts
+    (grader/checks/timing.py): a timed run must say how many steps it takes."""
+    from grader.checks.speed import CHECKS as SPEED
+
+    available = {**CHECKS, **SPEED}
+    timed = GOOD + "  - {id: speed, check: efficiency, title: Speed, points: 1, runs: [2x2]}\n"
+    assert load_assignment(write(tmp_path, timed), available).timing.clock_factor == 3
+    path = write(tmp_path, timed.replace("args: {batch_size: 64, steps: 3}", "args: {batch_size: 64}"))
+    with pytest.raises(SpecError) as caught:
+        load_assignment(path, available)
+    assert str(caught.value) == f"{path}: runs.2x2.args.steps: expected a whole number ≥ 1 of steps (the run is timed; timing.steps_argument is 'steps'), found None"
+    renamed = timed.replace("steps: 3}", "iterations: 3}").replace("script: p6_ddp.py\n", "script: p6_ddp.py\ntiming: {steps_argument: iterations, clock_factor: 4}\n")
+    assert load_assignment(write(tmp_path, renamed), available).timing.steps_argument == "iterations"
+    path = write(tmp_path, renamed.replace("clock_factor: 4", "clock_factor: 1"))
+    with pytest.raises(SpecError, match="timing.clock_factor: expected a whole number from 2 to 20"):
+        load_assignment(path, available)
+
+
 def test_yaml_syntax_errors_and_missing_files_are_spec_errors(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"\(file\): expected valid YAML, found <expected .,. or .\]., but got .:. at line 4>"):
         load_assignment(write(tmp_path, "id: p6\ntitle: x\nruns: [1, 2\n  x: y\n"), CHECKS)

@@ -40,6 +40,13 @@ def launch(name: str, *per_rank_steps: list[float], virtual_gpus: int = 0, telem
     return JobResult(spec=spec, ranks=ranks, wall_s=sum(per_rank_steps[0]), telemetry=telemetry)
 
 
+def answer(job: JobSpec, seconds: float, ranks: int = 2, telemetry: dict | None = None) -> JobResult:
+    """The fake runner's answer to `job`: every step of every rank `seconds` long, the steps it
+    was asked for (8 unless the grader times it by its clock), after a second of start-up."""
+    steps = job.clock_steps or 8
+    return replace(launch(job.name, *[[seconds] * steps] * ranks, telemetry=telemetry), spec=job, wall_s=1.0 + steps * seconds)
+
+
 def steady(name: str, seconds: float, launches: int = 3, steps: int = 6) -> tuple[JobResult, ...]:
     return tuple(launch(name, [seconds] * steps, [seconds] * steps) for _ in range(launches))
 
@@ -128,6 +135,70 @@ def test_efficiency_is_deferred_when_the_reference_cannot_be_timed_and_failed_wh
     assert not verdict.passed and not verdict.deferred and "your script could not be timed: no optimizer step after the first 1" in verdict.summary
 
 
+# ---------------------------------------------------------------- the grader's clock
+def pair(seconds_per_step: float, start_s: float = 2.0, steps: tuple[int, int] = (10, 90), recorded: float | None = None, taken: tuple[int, int] | None = None) -> tuple[JobResult, JobResult]:
+    """A pair of launches the grader times by its clock: `steps` asked, each launch's wall time
+    `start_s` plus its steps; the records show `taken` steps of `recorded` seconds each."""
+    made = []
+    for asked, took in zip(steps, taken or steps):
+        spec = JobSpec(name="t", submission=Path("/nowhere"), script="s.py", argv=(f"--steps={asked}",), layout=Layout(1, 1), timeout_s=60, clock_steps=asked)
+        made.append(replace(launch("t", [recorded or seconds_per_step] * (took - 1)), spec=spec, wall_s=start_s + took * seconds_per_step))
+    return made[0], made[1]
+
+
+def test_the_graders_clock_times_the_steps_between_two_launches_and_start_up_cancels() -> None:
+    side = timing.measure([*pair(0.05, start_s=2.0), *pair(0.06, start_s=3.5), *pair(0.05, start_s=1.0)])
+    assert side.timed and side.medians_s == pytest.approx((0.05, 0.06, 0.05)) and side.pair_steps == (10, 90)
+    assert side.describe() == "50.00 ms per step by the grader's clock (median of 3 pairs of launches of 10 and 90 steps; best 50.00 ms)"
+    assert side.as_data()["clock"] == "grader" and side.as_data()["records_median_step_s"] == pytest.approx(0.05)
+
+
+def test_a_replaced_clock_inside_the_process_changes_nothing_and_is_named() -> None:
+    """The records say 10 ms a step (time.monotonic replaced inside the process); the grader's
+    clock saw 50 ms: the verdict rests on the 50, the feedback names the 10."""
+    side = timing.measure([*pair(0.05, recorded=0.01), *pair(0.05, recorded=0.01)])
+    assert side.undisturbed_s == pytest.approx(0.05)
+    assert side.describe_undisturbed().endswith("(the first decile of 2 pairs of launches of 10 and 90 steps; median 50.00 ms; your script's own records say 10.00 ms per step)")
+    assert "records say" not in side.describe_undisturbed(records=False)  # the reference's side
+    assert "records say" not in timing.measure(pair(0.05, recorded=0.04)).describe()  # within the slack: nothing to say
+
+
+def test_steps_not_taken_are_not_timed_whether_the_records_show_them_or_not() -> None:
+    """A script that ignores --steps: its records show it (not timed, and why), or they are
+    forged to hide it, and then its long launches take no longer than its short ones. A pair
+    disturbed by start-up's noise is left out; spans too short to time are named."""
+    shown = timing.measure(pair(0.05, taken=(10, 10)))
+    assert not shown.timed and shown.problem == "your script's records show 10 optimizer steps in the launch asked for 90: the grader times launches of two step counts by its own clock, so a script must take the steps it is given"
+    short, long = pair(0.05, taken=(10, 10))
+    forged = replace(long, ranks=pair(0.05)[1].ranks)  # records of 90 steps, the time of 10
+    hidden = timing.measure([short, forged, short, forged])
+    assert not hidden.timed and hidden.problem == (
+        "by the grader's clock, the launches of 90 steps took 0.00 s longer than those of 10 (the median of 2 pairs of launches): "
+        "too little to time steps by (at least 1 s); the script took fewer steps than asked, or the spec asks for too few on this machine"
+    )
+    disturbed = timing.measure([*pair(0.05), *pair(0.05, start_s=9.0)[:1], pair(0.05)[1], *pair(0.05)])  # the second pair's short launch waited 7 s
+    assert disturbed.timed and disturbed.medians_s == pytest.approx((0.05, 0.05))
+    crashed_long = replace(long, ranks=[replace(long.ranks[0], status="exit:1")])
+    assert not timing.measure([short, crashed_long]).timed
+
+
+def test_gpu_step_times_are_the_graders_clocks() -> None:
+    from grader.checks.dataparallel import gpu_step_times
+
+    timings = {"scale_single": speed.TimedRuns(pair(0.03) + pair(0.031)), "scale_dp": speed.TimedRuns(pair(0.02, recorded=0.001) + pair(0.02, recorded=0.001))}
+    runs = (timings["scale_single"].own[0], timings["scale_dp"].own[0])
+    runs = tuple(replace(run, spec=replace(run.spec, name=name)) for run, name in zip(runs, timings))
+    verdict = gpu_step_times(CheckContext(runs=runs, options={}, args={}, timings=timings, gpus=2))
+    assert verdict.passed and verdict.summary == (
+        "scale_single: 30.50 ms per step by the grader's clock (median of 2 pairs of launches of 10 and 90 steps; best 30.00 ms), "
+        "scale_dp: 20.00 ms per step by the grader's clock (median of 2 pairs of launches of 10 and 90 steps; best 20.00 ms; your script's own records say 1.00 ms per step); speedup 1.53×"
+    )
+    timings["scale_dp"] = speed.TimedRuns(pair(0.02, taken=(10, 10)))
+    verdict = gpu_step_times(CheckContext(runs=runs, options={}, args={}, timings=timings, gpus=2))
+    assert not verdict.passed and verdict.summary.startswith("scale_dp: your script could not be timed: your script's records show 10 optimizer steps")
+    assert gpu_step_times(CheckContext(runs=runs, options={}, args={}, timings={}, gpus=2)).deferred
+
+
 # ---------------------------------------------------------------- scaling and faster_than
 def scaling_timings(single: float, parallel: float, ref_single: float, ref_parallel: float) -> dict:
     return {
@@ -167,11 +238,14 @@ args: {batch_size: 64, steps: 3}
 timing: {repeats: 2, warmup_steps: 1}
 runs:
   - {name: ws2, ranks_per_node: 2}
-  - {name: timed, ranks_per_node: 2, args: {steps: 8}}
+  - {name: timed, ranks_per_node: 2, args: {steps: 80}}
 checks:
   - {id: clean_exit, title: Exit, points: 1, runs: [ws2, timed]}
   - {id: efficiency, title: Speed, points: 2, runs: [timed], options: {max_ratio: 1.2}}
 """
+
+
+ROUND = ("timed@reference", "timed", "timed@reference+long", "timed+long")  # one round of a run the grader times by its clock
 
 
 @pytest.fixture
@@ -191,42 +265,43 @@ def timed_practical(tmp_path: Path) -> tuple[Practical, Path, Path]:
 
 def test_timed_runs_alternate_reference_and_submission_launches(timed_practical) -> None:
     practical, submission, solutions = timed_practical
-    runner = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8))
+    runner = FakeRunner(lambda job: answer(job, 0.01))
     report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
-    assert [job.name for job in runner.jobs] == ["ws2", "timed@reference", "timed", "timed@reference#2", "timed#2"]
+    assert [job.name for job in runner.jobs] == ["ws2", *ROUND, *(f"{name}#2" for name in ROUND)]
     references = [job for job in runner.jobs if "@reference" in job.name]
     assert all(job.submission == solutions / "p6" and job.private for job in references)
     assert all(job.submission.name == "taken" and job.submission != submission and not job.private for job in runner.jobs if job not in references)  # the grader's copy
-    assert references[0].argv == runner.jobs[2].argv  # the same inputs, the seed included
+    assert references[0].argv == runner.jobs[2].argv and "--steps=80" in references[0].argv  # the same inputs, the seed included
+    assert [job.clock_steps for job in runner.jobs[1:5]] == [80, 80, 240, 240] and "--steps=240" in runner.jobs[4].argv  # the grader's clock: pairs of 80 and 3 × 80 steps
     efficiency = next(c for c in report.checks if c.id == "efficiency")
-    assert efficiency.status is Status.PASSED and "1.00× the reference's step time" in efficiency.summary
+    assert efficiency.status is Status.PASSED and "1.00× the reference's step time" in efficiency.summary and "by the grader's clock (the first decile of 2 pairs of launches of 80 and 240 steps" in efficiency.summary
 
 
 def test_a_failing_speed_verdict_waits_for_more_rounds_so_a_burst_of_load_cannot_decide_it(timed_practical) -> None:
     """The spec's 2 rounds say 1.5× (another grading loaded the machine during both of the
     submission's launches); a third round passes it, and no fourth is made."""
     practical, submission, solutions = timed_practical
-    own_steps = iter([0.015, 0.015, 0.0102])
-    runner = FakeRunner(lambda job: launch(job.name, *([[0.01] * 8] * 2 if "@reference" in job.name or job.name == "ws2" else [[next(own_steps)] * 8] * 2)))
+    own_steps = {"": 0.015, "#2": 0.015, "#3": 0.0102}  # per round
+    runner = FakeRunner(lambda job: answer(job, 0.01 if "@reference" in job.name or job.name == "ws2" else own_steps[job.name.partition("#")[1] + job.name.partition("#")[2]]))
     report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
-    assert [job.name for job in runner.jobs] == ["ws2", "timed@reference", "timed", "timed@reference#2", "timed#2", "timed@reference#3", "timed#3"]
+    assert [job.name for job in runner.jobs] == ["ws2", *ROUND, *(f"{name}#2" for name in ROUND), *(f"{name}#3" for name in ROUND)]
     efficiency = next(c for c in report.checks if c.id == "efficiency")
-    assert efficiency.status is Status.PASSED and "1.02× the reference's step time" in efficiency.summary and "in 3 launches" in efficiency.summary
+    assert efficiency.status is Status.PASSED and "1.12× the reference's step time" in efficiency.summary and "3 pairs of launches" in efficiency.summary  # the first decile of 15, 15 and 10.2 ms
 
 
 def test_a_slow_submission_stays_slow_in_the_extra_rounds_and_a_fast_one_gets_none(timed_practical) -> None:
     practical, submission, solutions = timed_practical
-    slow = FakeRunner(lambda job: launch(job.name, *([[0.01] * 8] * 2 if "@reference" in job.name or job.name == "ws2" else [[0.015] * 8] * 2)))
+    slow = FakeRunner(lambda job: answer(job, 0.01 if "@reference" in job.name or job.name == "ws2" else 0.015))
     report = grade(practical, submission, slow, GradeOptions(solutions=solutions, seed=5))
-    assert len(slow.jobs) == 1 + 2 * 4  # 2 rounds of the spec and 2 more, no further
+    assert len(slow.jobs) == 1 + 4 * 4  # 2 rounds of the spec and 2 more, no further; 4 launches a round
     efficiency = next(c for c in report.checks if c.id == "efficiency")
-    assert efficiency.status is Status.FAILED and "1.50× the reference's step time, above the 1.2× allowed" in efficiency.summary and "in 4 launches" in efficiency.summary
-    fast = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8))
+    assert efficiency.status is Status.FAILED and "1.50× the reference's step time, above the 1.2× allowed" in efficiency.summary and "4 pairs of launches" in efficiency.summary
+    fast = FakeRunner(lambda job: answer(job, 0.01))
     grade(practical, submission, fast, GradeOptions(solutions=solutions, seed=5))
-    assert len(fast.jobs) == 1 + 2 * 2
-    crashing = FakeRunner(lambda job: launch(job.name, [0.01] * 8, [0.01] * 8) if "@reference" in job.name or job.name == "ws2" else JobResult(spec=job, ranks=[], skipped="boom"))
+    assert len(fast.jobs) == 1 + 2 * 4
+    crashing = FakeRunner(lambda job: answer(job, 0.01) if "@reference" in job.name or job.name == "ws2" else JobResult(spec=job, ranks=[], skipped="boom"))
     grade(practical, submission, crashing, GradeOptions(solutions=solutions, seed=5))
-    assert len(crashing.jobs) == 1 + 2 * 2  # an untimed side is no matter of doubt: no extra rounds
+    assert len(crashing.jobs) == 1 + 2 * 4  # an untimed side is no matter of doubt: no extra rounds
 
 
 def witnessed(result: JobResult, options: DdpOptions, error: str | None = None) -> JobResult:
@@ -242,12 +317,12 @@ def test_the_reference_is_timed_with_the_ddp_options_a_clean_witness_took_on(tim
     practical, submission, solutions = timed_practical
     chosen = DdpOptions(find_unused_parameters=True, bucket_cap_mb=1.0)
     seen = replace(chosen, static_graph=True, gradient_as_bucket_view=True)
-    runner = FakeRunner(lambda job: witnessed(launch(job.name, [0.01] * 8, [0.01] * 8), seen) if job.name == "ws2" else replace(launch(job.name, [0.01] * 8, [0.01] * 8), spec=job))
+    runner = FakeRunner(lambda job: witnessed(answer(job, 0.01), seen) if job.name == "ws2" else answer(job, 0.01))
     report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
-    assert [(job.name, job.ddp_options) for job in runner.jobs] == [("ws2", None), ("timed@reference", chosen), ("timed", None), ("timed@reference#2", chosen), ("timed#2", None)]
+    assert [(job.name, job.ddp_options) for job in runner.jobs] == [("ws2", None), *((name + repeat, chosen if "@reference" in name else None) for repeat in ("", "#2") for name in ROUND)]
     efficiency = next(c for c in report.checks if c.id == "efficiency")
     assert efficiency.status is Status.PASSED and efficiency.summary.endswith("built with your DDP options (find_unused_parameters=True, bucket_cap_mb=1)")
-    stopped = FakeRunner(lambda job: witnessed(launch(job.name, [0.01] * 8, [0.01] * 8), chosen, "it timed out") if job.name == "ws2" else replace(launch(job.name, [0.01] * 8, [0.01] * 8), spec=job))
+    stopped = FakeRunner(lambda job: witnessed(answer(job, 0.01), chosen, "it timed out") if job.name == "ws2" else answer(job, 0.01))
     report = grade(practical, submission, stopped, GradeOptions(solutions=solutions, seed=5))
     assert all(job.ddp_options is None for job in stopped.jobs)
     assert "DDP options" not in next(c for c in report.checks if c.id == "efficiency").summary
@@ -300,7 +375,7 @@ def test_only_checks_that_compare_with_the_reference_launch_it(tmp_path: Path) -
     module = ModuleType("p6_pairs")
     module.CHECKS = MappingProxyType({"clean_exit": DISTRIBUTED["clean_exit"], **speed.CHECKS})
     module.references = lambda args, runs: {}
-    spec = SPEC.replace("  - {name: timed, ranks_per_node: 2, args: {steps: 8}}\n", "  - {name: timed, ranks_per_node: 2, args: {steps: 8}}\n  - {name: ddp, ranks_per_node: 2}\n  - {name: dp, solution: p5, script: p5_dp.py}\n")
+    spec = SPEC.replace("  - {name: timed, ranks_per_node: 2, args: {steps: 80}}\n", "  - {name: timed, ranks_per_node: 2, args: {steps: 80}}\n  - {name: ddp, ranks_per_node: 2}\n  - {name: dp, solution: p5, script: p5_dp.py, args: {steps: 8}}\n")
     spec += "  - {id: ddp_vs_dp, check: faster_than, title: DDP vs DP, points: 1, runs: [ddp, dp]}\n"
     (tmp_path / "assignment.yaml").write_text(spec)
     practical = Practical(load_assignment(tmp_path / "assignment.yaml", module.CHECKS), module)

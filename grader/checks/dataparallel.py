@@ -8,13 +8,12 @@ taken from the submission.
 from __future__ import annotations
 
 import re
-import statistics
 from types import MappingProxyType
 
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
-from grader.checks.timing import step_seconds
+from grader.checks.timing import measure
 from grader.probe.events import Forward, ForwardOutput, Memory, Model
 from grader.run.job import JobResult, RankResult
 
@@ -173,19 +172,22 @@ def shape_log(ctx: CheckContext) -> Verdict:
 
 
 def gpu_step_times(ctx: CheckContext) -> Verdict:
-    """The grader's own step times of the single-GPU baseline and of DataParallel (measured
-    on real GPUs between optimizer steps, after synchronizing)."""
+    """The step times of the single-GPU baseline and of DataParallel on real GPUs, by the
+    grader's clock (pairs of launches of two step counts, grader/checks/timing.py)."""
     times = {}
     for run in ctx.runs:
-        seconds = step_seconds(run) if run.ranks and not failures.damaged(run) else []
-        if not seconds:
-            return Verdict(False, f"{run.spec.name}: {failures.explain(run) or 'no step time could be measured'}")
-        times[run.spec.name] = statistics.median(seconds)
+        timed = ctx.timings.get(run.spec.name)
+        if timed is None:
+            return Verdict(False, "", deferred="this grading did not time it (the autograder does, on a node of two GPUs or more)")
+        side = measure(timed.own, ctx.warmup_steps)
+        if not side.timed:
+            return Verdict(False, f"{run.spec.name}: your script could not be timed: {side.problem}")
+        times[run.spec.name] = side
     names = list(times)
-    summary = ", ".join(f"{name}: {value * 1000:.2f} ms per step (median)" for name, value in times.items())
-    if len(names) == 2 and times[names[1]] > 0:
-        summary += f"; speedup {times[names[0]] / times[names[1]]:.2f}×"
-    return Verdict(True, summary, data={"median_step_s": times})
+    summary = ", ".join(f"{name}: {side.describe()}" for name, side in times.items())
+    if len(names) == 2:
+        summary += f"; speedup {times[names[0]].typical_s / times[names[1]].typical_s:.2f}×"
+    return Verdict(True, summary, data={"median_step_s": {name: side.typical_s for name, side in times.items()}, "speed": {name: side.as_data() for name, side in times.items()}})
 
 
 def gpu0_memory(ctx: CheckContext) -> Verdict:
@@ -219,7 +221,7 @@ CHECKS = MappingProxyType(
             CheckDef("replica_shapes", replica_shapes, replica_shapes.__doc__ or "", BATCH),
             CheckDef("dp_wrapped", dp_wrapped, dp_wrapped.__doc__ or ""),
             CheckDef("shape_log", shape_log, shape_log.__doc__ or ""),
-            CheckDef("gpu_step_times", gpu_step_times, gpu_step_times.__doc__ or "", real_gpus=2),
+            CheckDef("gpu_step_times", gpu_step_times, gpu_step_times.__doc__ or "", real_gpus=2, timed=True, against_reference=False),
             CheckDef("gpu0_memory", gpu0_memory, gpu0_memory.__doc__ or "", real_gpus=2),
         )
     }

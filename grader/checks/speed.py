@@ -79,7 +79,7 @@ def efficiency(ctx: CheckContext) -> Verdict:
         ok = ratio <= limit
         passed &= ok
         adopted = _adopted_options(ctx, run.spec.name)
-        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_undisturbed()}, the reference {reference.describe_undisturbed()}{adopted}")
+        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_undisturbed()}, the reference {reference.describe_undisturbed(records=False)}{adopted}")
         data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data()}
     summary = "; ".join(lines) if passed else next(line for line in lines if "allowed" in line)
     return Verdict(passed, summary, tuple(lines), data={"speed": data})
@@ -141,7 +141,7 @@ def faster_than(ctx: CheckContext) -> Verdict:
     limit = float(ctx.options["max_ratio"])
     ratio = first.best_s / second.typical_s
     passed = ratio <= limit
-    summary = f"{names[0]} {first.describe()} is {ratio:.2f}× {names[1]}'s {second.describe()}; at most {limit:g}× passes"
+    summary = f"{names[0]} {first.describe()} is {ratio:.2f}× {names[1]}'s {second.describe(records=False)}; at most {limit:g}× passes"
     return Verdict(passed, summary, data={"speed": {"ratio": round(ratio, 4), "max_ratio": limit, names[0]: first.as_data(), names[1]: second.as_data()}})
 
 

@@ -1,16 +1,24 @@
 """The timing protocol every speed check shares; pure functions over what the grader measured.
 
-- A step's time is the time between two consecutive optimizer steps. In a run with the
-  grader's witness (grader/probe/witness.py) it is the witness's, by its own clock, which the
-  submission cannot touch: in a synchronous all-reduce the witness waits for the slowest rank.
-  Elsewhere it is a rank's, as its recorder saw it (the probe synchronises CUDA before taking
-  each time, so queued GPU work counts in its step).
+- A step's time is measured by a clock the submission cannot touch. In a run with the
+  grader's witness (grader/probe/witness.py) it is the time between two of the witness's
+  optimizer steps, by its own clock: in a synchronous all-reduce the witness waits for the
+  slowest rank. A timed run without the witness (one process, or ranks on real GPUs) is timed
+  by the grader's clock around whole launches: each launch is a pair, one of the run's S steps
+  and one of F × S (the spec's `timing.clock_factor`), and a step is the difference of their
+  wall times over the (F - 1) × S steps between them. Start-up (imports, CUDA context, the
+  process group) is in both and cancels; so does anything a script does once, before its
+  steps or after them. A script that takes fewer steps than asked, as its records show, is
+  not timed; one that hides it from its records gains nothing: the steps it skips are the
+  steps it would have to pay for. Its own records' step times explain a disagreement in the
+  feedback and decide nothing. (The recorder's step times, the probe's clock inside the
+  process, remain only for launches the grader did not pair: calibration and old results.)
 - The first `warmup` steps of a launch are not timed (allocations, CUDA context, caches); the
   very first step never is: nothing marks its start.
 - A step ends for everyone when its slowest rank ends it: per step, the maximum over ranks.
 - A launch with a witness is timed only when the witness's parameters show the grader's own
   training on the launch's inputs (`checked_work`): a fast launch must also do the work.
-- One launch is summarised by the median of its steps. A timed run is launched k times,
+- One launch is summarised by the median of its steps (a pair of launches: by its one step). A timed run is launched k times,
   interleaved with the reference solution's launches of the same run (so both see the same
   machine load), and a side is summarised by the minimum (`best_s`: its least disturbed
   launch) and the median (`typical_s`) of its launches' medians, and by its undisturbed step
@@ -129,10 +137,12 @@ def summary(run: JobResult, warmup: int = 1) -> dict | None:
 class Measurement:
     """One side (a submission's or the reference's launches of a run) under the protocol."""
 
-    medians_s: tuple[float, ...]  # per launch that could be timed: its median step time
+    medians_s: tuple[float, ...]  # per launch (pair of launches, by the grader's clock) that could be timed: its median step time
     launches: int  # launches made
     problem: str | None = None  # why some launch could not be timed (the first reason)
     steps_s: tuple[float, ...] = ()  # every timed step of those launches, in order
+    pair_steps: tuple[int, int] | None = None  # timed by the grader's clock: the step counts of each pair's launches
+    recorded_s: float | None = None  # by the grader's clock: the median step the submission's own records claim
 
     @property
     def timed(self) -> bool:
@@ -152,21 +162,42 @@ class Measurement:
         steps = self.steps_s or self.medians_s
         return statistics.quantiles(steps, n=10, method="inclusive")[0] if len(steps) > 1 else steps[0]
 
-    def describe(self) -> str:
-        """'12.90 ms per step (median of 3 launches; best 12.31 ms)'."""
+    def _pairs(self) -> str:
+        assert self.pair_steps is not None
+        short, long = self.pair_steps
+        return f"{len(self.medians_s)} pair{'s' if len(self.medians_s) != 1 else ''} of launches of {short} and {long} steps"
+
+    def records_disagree(self) -> str:
+        """'; your script's own records say 4.10 ms per step' where they claim steps well
+        faster than the grader's clock saw in the side's least disturbed pair (a replaced
+        clock, or work outside the steps)."""
+        if self.recorded_s is None or not self.medians_s or self.recorded_s * RECORDS_SLACK >= self.best_s:
+            return ""
+        return f"; your script's own records say {self.recorded_s * 1000:.2f} ms per step"
+
+    def describe(self, records: bool = True) -> str:
+        """'12.90 ms per step (median of 3 launches; best 12.31 ms)'; by the grader's clock:
+        '12.90 ms per step by the grader's clock (median of 3 pairs of launches of 30 and 90 steps; best 12.31 ms)',
+        with what the script's records claim when they disagree (and `records`: the side is the student's)."""
+        if self.pair_steps is not None:
+            return f"{self.typical_s * 1000:.2f} ms per step by the grader's clock (median of {self._pairs()}; best {self.best_s * 1000:.2f} ms{self.records_disagree() if records else ''})"
         return f"{self.typical_s * 1000:.2f} ms per step (median of {len(self.medians_s)} launches; best {self.best_s * 1000:.2f} ms)"
 
-    def describe_undisturbed(self) -> str:
+    def describe_undisturbed(self, records: bool = True) -> str:
         """'12.31 ms per step undisturbed (the first decile of 54 steps in 3 launches; median launch 12.90 ms)'."""
+        if self.pair_steps is not None:
+            return f"{self.undisturbed_s * 1000:.2f} ms per step undisturbed by the grader's clock (the first decile of {self._pairs()}; median {self.typical_s * 1000:.2f} ms{self.records_disagree() if records else ''})"
         return f"{self.undisturbed_s * 1000:.2f} ms per step undisturbed (the first decile of {len(self.steps_s)} steps in {len(self.medians_s)} launches; median launch {self.typical_s * 1000:.2f} ms)"
 
     def as_data(self) -> dict:
+        clock = {"clock": "grader", "pair_steps": list(self.pair_steps), "records_median_step_s": None if self.recorded_s is None else round(self.recorded_s, 6)} if self.pair_steps is not None else {}
         return {
             "best_step_s": round(self.best_s, 6),
             "median_step_s": round(self.typical_s, 6),
             "undisturbed_step_s": round(self.undisturbed_s, 6),
             "timed_steps": len(self.steps_s),
             "launch_medians_s": [round(m, 6) for m in self.medians_s],
+            **clock,
         }
 
 
@@ -185,9 +216,65 @@ class TimedRuns:
         return next((launch.spec.ddp_options for launch in self.reference if launch.spec.ddp_options is not None), None)
 
 
+RECORDS_SLACK = 1.5  # records that claim steps this many times faster than the grader's clock saw are named in the feedback
+
+
+def _steps_not_taken(launch: JobResult) -> str | None:
+    """Why a launch the grader times by its clock did not take the steps it asked for, as the
+    script's complete records show (records cut short say nothing)."""
+    asked = launch.spec.clock_steps
+    complete = [rank for rank in launch.ranks if not rank.record.cut_short and rank.record.damaged is None]
+    taken = min((len(rank.of_kind(Optimizer)) for rank in complete), default=None)
+    if asked is None or taken is None or taken >= asked:
+        return None
+    return f"your script's records show {taken} optimizer steps in the launch asked for {asked}: the grader times launches of two step counts by its own clock, so a script must take the steps it is given"
+
+
+MIN_SPAN_S = 1.0  # the least a side's long launches may take beyond its short ones (median over pairs); measured: two launches of p6's timed run (2 ranks) on this 2-core machine differ by up to 0.25 s in start-up and end
+
+
+def _clocked(launches: Sequence[JobResult], warmup: int) -> Measurement:
+    """The protocol over one side's pairs of launches timed by the grader's clock: per pair,
+    the difference of the two launches' wall times (the span) over the difference of their
+    steps. A pair whose long launch took no longer than its short one was disturbed and is
+    left out; a side whose spans are too short to tell its steps from start-up's noise
+    (median below MIN_SPAN_S) cannot be timed: the steps it was asked for were not taken, or
+    the spec asks for too few."""
+    per_step: list[float] = []
+    spans: list[float] = []
+    recorded: list[float] = []
+    problem = None if launches else "it was not launched"
+    pairs = list(zip(launches[::2], launches[1::2]))
+    steps = (pairs[0][0].spec.clock_steps or 0, pairs[0][1].spec.clock_steps or 0) if pairs else (0, 0)
+    for short, long in pairs:
+        if short.skipped or long.skipped:
+            problem = problem or f"a launch was not run: {short.skipped or long.skipped}"
+            continue
+        outcome = failures.explain(short) or failures.explain(long) or _steps_not_taken(short) or _steps_not_taken(long)
+        if outcome:
+            problem = problem or outcome
+            continue
+        spans.append(long.wall_s - short.wall_s)
+        if spans[-1] > 0:
+            per_step.append(spans[-1] / (steps[1] - steps[0]))
+            claimed = step_seconds(long, warmup)
+            if claimed:
+                recorded.append(statistics.median(claimed))
+    if problem is None and spans and statistics.median(spans) < MIN_SPAN_S:
+        problem = (
+            f"by the grader's clock, the launches of {steps[1]} steps took {statistics.median(spans):.2f} s longer than those of {steps[0]} "
+            f"(the median of {len(spans)} pair{'s' if len(spans) != 1 else ''} of launches): too little to time steps by (at least {MIN_SPAN_S:g} s); "
+            "the script took fewer steps than asked, or the spec asks for too few on this machine"
+        )
+    return Measurement(tuple(per_step), len(launches), problem, tuple(per_step), steps, statistics.median(recorded) if recorded else None)
+
+
 def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
     """The protocol over the launches of one side. A launch that failed, or that timed no step,
-    makes the whole side untimed: a crash must not pass as a fast run."""
+    makes the whole side untimed: a crash must not pass as a fast run. Launches the grader
+    paired to time by its own clock (`JobSpec.clock_steps`) are measured so."""
+    if launches and launches[0].spec.clock_steps is not None:
+        return _clocked(launches, warmup)
     medians: list[float] = []
     steps: list[float] = []
     problem = None if launches else "it was not launched"

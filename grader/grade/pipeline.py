@@ -26,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
 from grader import __version__
@@ -132,6 +133,24 @@ def on_this_machine(run: RunDef, gpus: int) -> RunDef:
     return run
 
 
+def witnessed(run: RunDef, gpus: int) -> bool:
+    """Whether the grader's witness joins the run's launches on a machine with `gpus` CUDA
+    GPUs (it is a gloo rank: on real GPUs only where the run goes on virtual ones)."""
+    return run.witness and (bool(run.virtual_gpus) or not gpus)
+
+
+def clocked_steps(assignment: Assignment, args: Mapping[str, Any], timed: tuple[RunDef, ...], gpus: int) -> dict[str, tuple[int, int]]:
+    """The timed runs the grader times by its own clock (those without its witness here), each
+    with the step counts of its pair of launches: the run's own, and `clock_factor` times it
+    (the spec loader made sure every timed run gives one)."""
+    clocked = {}
+    for run in timed:
+        if not witnessed(run, gpus):
+            steps = int((run.args if run.solution else merged_args(args, run))[assignment.timing.steps_argument])
+            clocked[run.name] = (steps, steps * assignment.timing.clock_factor)
+    return clocked
+
+
 def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions, gpus: int = 0) -> tuple[RunDef, ...]:
     """The launches a grading performs on a machine with `gpus` CUDA GPUs: those the selected
     checks use, or the override."""
@@ -229,7 +248,7 @@ def _missing_scripts(runs: tuple[RunDef, ...], assignment: Assignment, submissio
     return None
 
 
-Launch = Callable[[RunDef, float, str, int], JobSpec]  # (run, seconds left, "own" or "reference", repeat) -> job
+Launch = Callable[[RunDef, float, str, int, "int | None"], JobSpec]  # (run, seconds left, "own" or "reference", repeat, steps asked or None) -> job
 
 
 def _run_all(
@@ -244,17 +263,21 @@ def _run_all(
     budget_s: float,
     problem: str | None,
     progress: Callable[[str], None] | None = None,
+    clocked: Mapping[str, tuple[int, int]] = MappingProxyType({}),
 ) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
     """Every planned launch in order; the timed runs last, round by round: in each of the
     `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own;
     then, round by round, up to `repeats` more for the timed runs still `doubtful` (a speed
-    check would fail them on the launches so far). The reference's launches build their DDP
-    with the submission's costly options, as the witness of a checked run took them on."""
+    check would fail them on the launches so far). A run in `clocked` (timed by the grader's
+    clock: name -> its short and long step counts) is launched with each step count in turn,
+    the reference's and then its own, so each side's launches come in pairs. The reference's
+    launches build their DDP with the submission's costly options, as the witness of a checked
+    run took them on."""
     chosen: DdpOptions | None = None  # set once the checked runs are done: only timed launches come later
 
-    def launch(run: RunDef, role: str, repeat: int) -> JobResult:
+    def launch(run: RunDef, role: str, repeat: int, steps: int | None = None) -> JobResult:
         left = deadline - time.monotonic()
-        job = job_for(run, max(left, 0.0), role, repeat)
+        job = job_for(run, max(left, 0.0), role, repeat, steps)
         if role == "reference":
             job = replace(job, ddp_options=chosen)
         if problem:
@@ -274,9 +297,10 @@ def _run_all(
         if repeat >= repeats:  # the spec's rounds are done: more only for runs a check doubts, while the budget has room for them
             pending = tuple(run for run in timed if doubtful(run.name, TimedRuns(tuple(own[run.name]), tuple(reference[run.name]))) and _room_for(run.name, own, reference, deadline))
         for run in pending:
-            if run.name in referenced:
-                reference[run.name].append(launch(run, "reference", repeat))
-            own[run.name].append(launch(run, "own", repeat))
+            for steps in clocked.get(run.name, (None,)):
+                if run.name in referenced:
+                    reference[run.name].append(launch(run, "reference", repeat, steps))
+                own[run.name].append(launch(run, "own", repeat, steps))
     results.update({name: launches[0] for name, launches in own.items()})
     ordered = {run.name: results[run.name] for run in runs}
     return ordered, {name: TimedRuns(tuple(own[name]), tuple(reference[name])) for name in own}
@@ -407,7 +431,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         checked = tuple(r for r in runs if not r.solution and (r.name in judged or options.world_size is not None))
         references = practical.module.references(args, checked)  # the expected values; speed-only runs need none
 
-        def job_for(run: RunDef, left: float, role: str, repeat: int) -> JobSpec:
+        def job_for(run: RunDef, left: float, role: str, repeat: int, steps: int | None = None) -> JobSpec:
             solution = run.solution or (practical.id if role == "reference" else None)
             if solution:
                 assert options.solutions is not None  # speed_problem() made sure
@@ -415,7 +439,10 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 source, script, run_args = options.solutions / solution, run.script or assignment.script, {**(seed if run.solution else args), **run.args}
             else:
                 source, script, run_args = folder, prepared.script or run.script or assignment.script, merged_args(args, run)
-            suffix = ("@reference" if role == "reference" else "") + (f"#{repeat + 1}" if repeat else "")
+            long = steps is not None and steps != run_args.get(assignment.timing.steps_argument)
+            if steps is not None:
+                run_args = {**run_args, assignment.timing.steps_argument: steps}
+            suffix = ("@reference" if role == "reference" else "") + ("+long" if long else "") + (f"#{repeat + 1}" if repeat else "")
             return JobSpec(
                 name=run.name + suffix,
                 submission=source,
@@ -427,12 +454,14 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 virtual_gpus=run.virtual_gpus,
                 driver=prepared.driver and not solution,
                 private=solution is not None,
-                witness=practical.module.witness_plan(merged_args(args, run), run, run_timeout) if run.witness and (run.virtual_gpus or not env["cuda_gpus"]) else None,
+                witness=practical.module.witness_plan(merged_args(args, run), run, run_timeout) if witnessed(run, env["cuda_gpus"]) else None,
+                clock_steps=steps,
             )
 
         referenced = reference_launched(practical, graded, runs)
         doubtful = _doubts(practical, graded, assignment.timing.warmup_steps)
-        results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, doubtful, job_for, runner, started + budget, budget, prepared.problem, options.progress)
+        clocked = clocked_steps(assignment, args, timed, env["cuda_gpus"])
+        results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, doubtful, job_for, runner, started + budget, budget, prepared.problem, options.progress, clocked)
         timings = _checked_timings(practical, args, tuple(r for r in timed if r.witness), timings)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
         return Execution(started, env, error=f"{type(exc).__name__}: {exc}")

@@ -53,6 +53,7 @@ class JobSpec:
     private: bool = False  # the grader's own code (a reference solution): its files go as soon as it ends
     witness: WitnessPlan | None = None  # the last rank is the grader's witness (grader/probe/witness.py), on this plan
     ddp_options: DdpOptions | None = None  # every DDP the script builds takes these (the reference solution's timed launches: the submission's)
+    clock_steps: int | None = None  # the steps the grader asked for, in a launch it times by its own clock (grader/checks/timing.py)
 
     @property
     def script_ranks(self) -> range:

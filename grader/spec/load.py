@@ -133,11 +133,23 @@ def _load_runs(top: _Node) -> tuple[RunDef, ...]:
 
 def _load_timing(top: _Node) -> Timing:
     node = top.child("timing", default={})
-    node.only("repeats", "warmup_steps")
+    node.only("repeats", "warmup_steps", "steps_argument", "clock_factor")
     return Timing(
         repeats=node.get("repeats", "a whole number from 1 to 20 (launches of each timed run)", lambda v: _count(1)(v) and v <= 20, Timing.repeats),
         warmup_steps=node.get("warmup_steps", "a whole number ≥ 0 (steps not timed)", _count(0), Timing.warmup_steps),
+        steps_argument=node.get("steps_argument", "the script's argument that sets its number of steps (a Python identifier)", _identifier, Timing.steps_argument),
+        clock_factor=node.get("clock_factor", "a whole number from 2 to 20 (the long launch's steps per step of the short one)", lambda v: _count(2)(v) and v <= 20, Timing.clock_factor),
     )
+
+
+def _check_timed_steps(path: Path, args: Mapping[str, Any], runs: tuple[RunDef, ...], checks: tuple[CheckSpec, ...], available: Mapping[str, CheckDef], timing: Timing) -> None:
+    """Every run a speed check times gives the script its number of steps: a run the grader
+    times by its own clock is launched with two step counts (grader/checks/timing.py)."""
+    timed = {name for check in checks if available[check.check].timed for name in check.runs}
+    for run in runs:
+        steps = run.args.get(timing.steps_argument, None if run.solution else args.get(timing.steps_argument))
+        if run.name in timed and not (_count(1)(steps)):
+            raise SpecError(path, f"runs.{run.name}.args.{timing.steps_argument}", f"a whole number ≥ 1 of steps (the run is timed; timing.steps_argument is {timing.steps_argument!r})", steps)
 
 
 def _load_options(node: _Node, check: CheckDef) -> dict[str, Any]:
@@ -207,6 +219,8 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
     if total_timeout < run_timeout:
         raise SpecError(path, timeouts.key("total_s"), f"at least run_s ({run_timeout:g})", total_timeout)
     runs = _load_runs(top)
+    checks, timing = _load_checks(top, runs, available), _load_timing(top)
+    _check_timed_steps(path, args, runs, checks, available, timing)
     return Assignment(
         id=top.get("id", "the practical's id, e.g. p6", _name),
         title=top.get("title", "a non-empty string", lambda v: isinstance(v, str) and v.strip() != ""),
@@ -215,13 +229,13 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         seed_argument=top.get("seed_argument", "a Python identifier, or null", lambda v: v is None or _identifier(v), None),
         variables=tuple(top.get("variables", "a list of Python identifiers", lambda v: isinstance(v, list) and all(_identifier(x) for x in v), [])),
         runs=runs,
-        checks=_load_checks(top, runs, available),
+        checks=checks,
         run_timeout_s=run_timeout,
         total_timeout_s=total_timeout,
         source=path,
         sandbox=top.get("sandbox", "required or preferred", lambda v: v in ("required", "preferred"), "preferred"),
         answers=top.get("answers", "the file name of the answers (.yaml)", lambda v: isinstance(v, str) and v.endswith((".yaml", ".yml")) and "/" not in v, None),
-        timing=_load_timing(top),
+        timing=timing,
         manual_answers=tuple(top.get("manual_answers", "a list of dotted keys of the answers file", lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), [])),
     )
 

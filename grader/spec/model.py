@@ -28,10 +28,14 @@ class RunDef:
 class Timing:
     """The timing protocol of the spec's speed checks: each timed run is launched `repeats`
     times, interleaved with the reference solution's launches, and the first `warmup_steps`
-    optimizer steps of every launch are not timed."""
+    optimizer steps of every launch are not timed. A timed run without the grader's witness is
+    timed by the grader's clock: each of its launches is a pair, one with the run's
+    `steps_argument` and one with `clock_factor` times as many steps (grader/checks/timing.py)."""
 
     repeats: int = 3
     warmup_steps: int = 1
+    steps_argument: str = "steps"
+    clock_factor: int = 3
 
 
 @dataclass(frozen=True)
