@@ -28,7 +28,12 @@ sections it did not measure are kept) and prints them.
    timed: the ratio of the submission's side (the reference itself) to the reference's side
    by launch medians and by undisturbed steps (the first decile of the pooled steps, what
    `efficiency` judges), and how widely each spreads. Spliced into the results file.
-7. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
+7. The grader's clock without a witness (`--clocked N`, alone): p6's timed run as on real GPUs,
+   where no witness joins, timed by pairs of whole launches of two step counts. p6's
+   reference graded N times under a busy core (false fails, target 0 of N) and a planted 1.5×
+   slowdown behind a forged clock graded N times (caught, target ≥ 19 of 20). Spliced into
+   the results file.
+8. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
    DataParallel step times, NVML readings, and the fidelity suite (virtual vs real devices).
 All ratios are measured in this one process run.
 """
@@ -295,6 +300,74 @@ def witness_section(revision: str, work: Path, repeats: int, gradings: int) -> l
     return lines
 
 
+CLOCKED_P6 = """
+id: p6
+title: DDP, its timed run by the grader's clock
+script: p6_ddp.py
+seed_argument: seed
+args: {batch_size: 64, dim: 32, hidden: 64, steps: 3, lr: 0.05}
+variables: [rank, local_rank, world_size, device]
+timing: {repeats: 3, warmup_steps: 2, clock_factor: 6}
+runs:
+  - {name: timed, ranks_per_node: 2, args: {batch_size: 1024, dim: 512, hidden: 1024, steps: 16, lr: 0.01}}
+checks:
+  - {id: efficiency, title: Speed, points: 2, runs: [timed], options: {max_ratio: 1.3}}
+"""  # p6's timed run without the witness (as ranks on real GPUs run), a batch that makes the 80 steps between a pair's launches take seconds
+
+
+def clocked_section(work: Path, gradings: int) -> list[str]:
+    """The grader's clock where no witness joins (issue: verdicts the submission cannot
+    forge): p6's timed run graded in-process on CLOCKED_P6, the reference `gradings` times
+    under a busy core, then the planted 1.5× slowdown `gradings` times. The Markdown section."""
+    from grader.grade.pipeline import grade as grade_in_process
+    from grader.practicals import p6
+    from grader.run.local import LocalRunner
+    from grader.spec import load_assignment
+
+    (work / "clocked.yaml").write_text(CLOCKED_P6)
+    practical = Practical(load_assignment(work / "clocked.yaml", p6.CHECKS), p6)
+    planted = planted_slowdown(work, 0.5)
+    outcomes: dict[str, list[tuple[str, float]]] = {"reference": [], "planted": []}
+    seconds: list[float] = []
+    started = time.perf_counter()
+    (work / "clocked-runs").mkdir()
+    with LocalRunner(work / "clocked-runs") as runner:
+        for name, folder in (("reference", ROOT / "solutions" / "p6"), ("planted", planted)):
+            load = competing_load() if name == "reference" else None
+            try:
+                for run in range(gradings):
+                    began = time.perf_counter()
+                    report = grade_in_process(practical, folder, runner, GradeOptions(solutions=ROOT / "solutions", seed=6000 + run))
+                    seconds.append(time.perf_counter() - began)
+                    check = next(c for c in report.checks if c.id == "efficiency")
+                    ratio = check.data.get("speed", {}).get("timed", {}).get("ratio", float("nan"))
+                    outcomes[name].append((check.status.value, ratio))
+                    print(f"{name}, grading {run + 1} by the grader's clock: efficiency {check.status.value} ({ratio:.2f}×) {check.summary[:160] if check.status.value != 'passed' else ''}", file=sys.stderr, flush=True)
+            finally:
+                if load is not None:
+                    load.kill()
+    minutes = (time.perf_counter() - started) / 60
+
+    def shown(name: str) -> str:
+        return ", ".join(f"{r:.2f}" for r in sorted(r for _, r in outcomes[name]))
+
+    false_fails = sum(status == "failed" for status, _ in outcomes["reference"])
+    untimed = sum(status == "deferred" for status, _ in outcomes["reference"])
+    caught = sum(status == "failed" for status, _ in outcomes["planted"])
+    return [
+        "## The grader's clock where no witness joins: pairs of whole launches",
+        "",
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --clocked {gradings}` ({minutes:.0f} min; "
+        f"a grading {statistics.median(seconds):.0f} s, median): p6's timed run without the witness, as ranks on real GPUs run it, timed by the grader's clock "
+        "around pairs of launches of 16 and 96 steps (batch 1024; 3 rounds, interleaved with the reference's; grader/checks/timing.py).",
+        "",
+        f"- False fails: p6's reference graded {gradings} times with a busy loop on the last core: **{false_fails} of {gradings}** failed `efficiency` (target 0); "
+        f"{untimed} could not be timed (deferred). Ratios: {shown('reference')}.",
+        f"- A planted 1.5× slowdown behind a forged clock (the witness section's): **caught in {caught} of {gradings}** (target ≥ 19 of 20). Ratios: {shown('planted')}.",
+        "",
+    ]
+
+
 def correct_submissions(work: Path) -> list[tuple[str, str, Path]]:
     """(practical, name, folder) of every reference solution and every correct variant the
     tests hold (a variant that loses no check)."""
@@ -431,10 +504,11 @@ def main() -> None:
     parser.add_argument("--witness", metavar="REV", help="only the witness's section: its cost against REV (a commit before it), a planted 1.5× slowdown and false fails, each --false-fail-runs gradings; spliced into --out")
     parser.add_argument("--steady", type=int, metavar="N", help="only the steady-verdicts section: every reference solution and correct variant graded N times; spliced into --out")
     parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
+    parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run without a witness, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
-    if options.steady or options.spread:
-        section = steady_section(work, options.steady) if options.steady else spread_section(work, options.spread)
+    if options.steady or options.spread or options.clocked:
+        section = steady_section(work, options.steady) if options.steady else spread_section(work, options.spread) if options.spread else clocked_section(work, options.clocked)
         old = options.out.read_text(encoding="utf-8") if options.out.exists() else "# Benchmarks\n"
         options.out.write_text(splice(old, section), encoding="utf-8")
         print("\n".join(section))
