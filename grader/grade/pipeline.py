@@ -269,8 +269,7 @@ def _run_all(
     `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own;
     then, round by round, up to `repeats` more for the timed runs still `doubtful` (a speed
     check would fail them on the launches so far). A run in `clocked` (timed by the grader's
-    clock: name -> its short and long step counts) is launched with each step count in turn,
-    the reference's and then its own, so each side's launches come in pairs. The reference's
+    clock: name -> its short and long step counts) is launched in pairs (`_round_order`). The reference's
     launches build their DDP with the submission's costly options, as the witness of a checked
     run took them on."""
     chosen: DdpOptions | None = None  # set once the checked runs are done: only timed launches come later
@@ -297,10 +296,9 @@ def _run_all(
         if repeat >= repeats:  # the spec's rounds are done: more only for runs a check doubts, while the budget has room for them
             pending = tuple(run for run in timed if doubtful(run.name, TimedRuns(tuple(own[run.name]), tuple(reference[run.name]))) and _room_for(run.name, own, reference, deadline))
         for run in pending:
-            for steps in clocked.get(run.name, (None,)):
-                if run.name in referenced:
-                    reference[run.name].append(launch(run, "reference", repeat, steps))
-                own[run.name].append(launch(run, "own", repeat, steps))
+            for steps, role in _round_order(clocked.get(run.name)):
+                if role == "own" or run.name in referenced:
+                    (own if role == "own" else reference)[run.name].append(launch(run, role, repeat, steps))
     results.update({name: launches[0] for name, launches in own.items()})
     ordered = {run.name: results[run.name] for run in runs}
     return ordered, {name: TimedRuns(tuple(own[name]), tuple(reference[name])) for name in own}
@@ -330,6 +328,19 @@ def witnessed_ddp_options(results: Iterable[JobResult]) -> DdpOptions | None:
     fails. A script that uses other options in its timed launches than in its checked runs is
     not timed (grader/checks/timing.py checked_work)."""
     return next((r.witness.ddp_options.costly_part() for r in results if isinstance(r.witness, WitnessReport) and r.witness.error is None and r.witness.ddp_options is not None), None)
+
+
+def _round_order(steps: tuple[int, int] | None) -> tuple[tuple[int | None, str], ...]:
+    """The launches of one round of a timed run: (steps asked, role). A run the grader times by
+    its clock goes reference short, own short, own long, reference long: each side's two
+    launches then follow launches of the same size, so what a launch leaves to the next (a
+    long one more) weighs alike on both of a side's launches and cancels in their difference.
+    (Measured on p6's reference against itself under a busy core, with the order reference
+    short, own short, reference long, own long: 1.02-1.27×, every one of 16 gradings above 1.)"""
+    if steps is None:
+        return ((None, "reference"), (None, "own"))
+    short, long = steps
+    return ((short, "reference"), (short, "own"), (long, "own"), (long, "reference"))
 
 
 def _room_for(name: str, own: dict[str, list[JobResult]], reference: dict[str, list[JobResult]], deadline: float, margin: float = 2.0) -> bool:
