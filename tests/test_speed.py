@@ -136,13 +136,13 @@ def test_efficiency_is_deferred_when_the_reference_cannot_be_timed_and_failed_wh
 
 
 # ---------------------------------------------------------------- the grader's clock
-def pair(seconds_per_step: float, start_s: float = 2.0, steps: tuple[int, int] = (10, 90), recorded: float | None = None, taken: tuple[int, int] | None = None) -> tuple[JobResult, JobResult]:
+def pair(seconds_per_step: float, start_s: float = 2.0, steps: tuple[int, int] = (10, 90), recorded: float | None = None, taken: tuple[int, int] | None = None, name: str = "t") -> tuple[JobResult, JobResult]:
     """A pair of launches the grader times by its clock: `steps` asked, each launch's wall time
     `start_s` plus its steps; the records show `taken` steps of `recorded` seconds each."""
     made = []
     for asked, took in zip(steps, taken or steps):
-        spec = JobSpec(name="t", submission=Path("/nowhere"), script="s.py", argv=(f"--steps={asked}",), layout=Layout(1, 1), timeout_s=60, clock_steps=asked)
-        made.append(replace(launch("t", [recorded or seconds_per_step] * (took - 1)), spec=spec, wall_s=start_s + took * seconds_per_step))
+        spec = JobSpec(name=name, submission=Path("/nowhere"), script="s.py", argv=(f"--steps={asked}",), layout=Layout(1, 1), timeout_s=60, clock_steps=asked)
+        made.append(replace(launch(name, [recorded or seconds_per_step] * (took - 1)), spec=spec, wall_s=start_s + took * seconds_per_step))
     return made[0], made[1]
 
 
@@ -180,6 +180,26 @@ def test_steps_not_taken_are_not_timed_whether_the_records_show_them_or_not() ->
     assert disturbed.timed and disturbed.medians_s == pytest.approx((0.05, 0.05))
     crashed_long = replace(long, ranks=[replace(long.ranks[0], status="exit:1")])
     assert not timing.measure([short, crashed_long]).timed
+
+
+def test_a_short_launch_padded_to_hide_slow_steps_is_charged_what_it_spends_outside_its_steps() -> None:
+    """A script 1.5× slow in every step (60 ms against the reference's 40) that sleeps longer
+    the fewer steps it is asked for (30 ms × (90 - steps)): the difference of its launches says
+    30 ms a step. The 2.7 s its launches spend outside their steps beyond the reference's, spread
+    over the long launch's 90 steps, put back what it hid. A start-up 0.1 s longer than the
+    reference's costs about a millisecond a step."""
+
+    def padded(step_s: float, extra_start_s: float = 0.0, pad_s: float = 0.0) -> tuple[JobResult, ...]:
+        short, long = pair(step_s, name="timed")
+        return (replace(short, wall_s=short.wall_s + extra_start_s + pad_s * 80), replace(long, wall_s=long.wall_s + extra_start_s))
+
+    reference = padded(0.04) * 2
+    timings = {"timed": speed.TimedRuns(padded(0.06, pad_s=0.03) * 2, reference)}
+    verdict = speed.efficiency(context(["timed"], timings, {"max_ratio": 1.3}))
+    assert not verdict.passed and "1.50× the reference's step time, above the 1.3× allowed" in verdict.summary
+    assert "with the 2.70 s your launches spend outside their steps beyond the reference's, spread over 90 steps" in verdict.summary
+    slow_start = speed.efficiency(context(["timed"], {"timed": speed.TimedRuns(padded(0.04, extra_start_s=0.1) * 2, reference)}, {"max_ratio": 1.3}))
+    assert slow_start.passed and "1.03× the reference's step time" in slow_start.summary
 
 
 def test_gpu_step_times_are_the_graders_clocks() -> None:

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
-from grader.checks.timing import measure
+from grader.checks.timing import charged, measure
 from grader.probe.events import Forward, ForwardOutput, Memory, Model
 from grader.run.job import JobResult, RankResult
 
@@ -173,13 +173,14 @@ def shape_log(ctx: CheckContext) -> Verdict:
 
 def gpu_step_times(ctx: CheckContext) -> Verdict:
     """The step times of the single-GPU baseline and of DataParallel on real GPUs, by the
-    grader's clock (pairs of launches of two step counts, grader/checks/timing.py)."""
+    grader's clock (pairs of launches of two step counts, grader/checks/timing.py; charged
+    with time outside the steps beyond the reference's where the reference was launched)."""
     times = {}
     for run in ctx.runs:
         timed = ctx.timings.get(run.spec.name)
         if timed is None:
             return Verdict(False, "", deferred="this grading did not time it (the autograder does, on a node of two GPUs or more)")
-        side = measure(timed.own, ctx.warmup_steps)
+        side = charged(measure(timed.own, ctx.warmup_steps), measure(timed.reference, ctx.warmup_steps))
         if not side.timed:
             return Verdict(False, f"{run.spec.name}: your script could not be timed: {side.problem}")
         times[run.spec.name] = side

@@ -27,16 +27,19 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
-from grader.checks.timing import Measurement, TimedRuns, measure
+from grader.checks.timing import Measurement, TimedRuns, charged, measure
 
 NOT_TIMED = "this grading did not time it (speed is measured by the autograder, from the spec's runs)"
 
 
 def _sides(ctx: CheckContext, name: str) -> tuple[Measurement, Measurement] | None:
+    """The submission's side and the reference's of a timed run; by the grader's clock, the
+    submission's charged with its time outside its steps beyond the reference's (`charged`)."""
     timed: TimedRuns | None = ctx.timings.get(name)
     if timed is None:
         return None
-    return measure(timed.own, ctx.warmup_steps), measure(timed.reference, ctx.warmup_steps)
+    own, reference = measure(timed.own, ctx.warmup_steps), measure(timed.reference, ctx.warmup_steps)
+    return charged(own, reference), reference
 
 
 def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurement, Measurement]]] | Verdict:
@@ -88,7 +91,8 @@ def efficiency(ctx: CheckContext) -> Verdict:
 def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any]) -> bool:
     """Whether `efficiency` would fail on these launches though both sides were timed (more
     launches of both may still pass it; a crash or an untimed side is not a matter of doubt)."""
-    own, reference = measure(timed.own, warmup), measure(timed.reference, warmup)
+    reference = measure(timed.reference, warmup)
+    own = charged(measure(timed.own, warmup), reference)
     return own.timed and reference.timed and own.undisturbed_s / reference.undisturbed_s > float(options["max_ratio"])
 
 

@@ -7,20 +7,22 @@
   by the grader's clock around whole launches: each launch is a pair, one of the run's S steps
   and one of F × S (the spec's `timing.clock_factor`), and a step is the difference of their
   wall times over the (F - 1) × S steps between them. Start-up (imports, CUDA context, the
-  process group) is in both and cancels; so does anything a script does once, before its
-  steps or after them. A script that takes fewer steps than asked, as its records show, is
-  not timed; one that hides it from its records gains nothing: the steps it skips are the
-  steps it would have to pay for. Its own records' step times explain a disagreement in the
-  feedback and decide nothing. (The recorder's step times, the probe's clock inside the
-  process, remain only for launches the grader did not pair: calibration and old results.)
+  process group) is in both and cancels. A script that takes fewer steps than asked, as its
+  records show, is not timed; one that hides it from its records has long launches hardly
+  longer than its short ones, which cannot be timed (`MIN_SPAN_S`). A script that pads its
+  short launch (sleeps longer the fewer steps it is asked for) shrinks the difference, but
+  not the time it spends outside its steps, which is charged to them beyond the reference's
+  (`charged`). Its own records' step times explain a disagreement in the feedback and decide
+  nothing. (The recorder's step times, the probe's clock inside the process, remain only for
+  launches the grader did not pair: calibration and old results.)
 - The first `warmup` steps of a launch are not timed (allocations, CUDA context, caches); the
   very first step never is: nothing marks its start.
 - A step ends for everyone when its slowest rank ends it: per step, the maximum over ranks.
 - A launch with a witness is timed only when the witness's parameters show the grader's own
   training on the launch's inputs (`checked_work`): a fast launch must also do the work.
-- One launch is summarised by the median of its steps (a pair of launches: by its one step). A timed run is launched k times,
-  interleaved with the reference solution's launches of the same run (so both see the same
-  machine load), and a side is summarised by the minimum (`best_s`: its least disturbed
+- One launch is summarised by the median of its steps (a pair of launches: by its one step).
+  A timed run is launched k times, interleaved with the reference solution's launches of the
+  same run (so both see the same machine load), and a side is summarised by the minimum (`best_s`: its least disturbed
   launch) and the median (`typical_s`) of its launches' medians, and by its undisturbed step
   (`undisturbed_s`): the first decile of all its timed steps, pooled over its launches.
 - `efficiency` compares undisturbed steps. On a shared CPU a step takes one of two times:
@@ -143,6 +145,8 @@ class Measurement:
     steps_s: tuple[float, ...] = ()  # every timed step of those launches, in order
     pair_steps: tuple[int, int] | None = None  # timed by the grader's clock: the step counts of each pair's launches
     recorded_s: float | None = None  # by the grader's clock: the median step the submission's own records claim
+    outside_s: float | None = None  # by the grader's clock: the least time a launch spent outside its steps (start-up, end), over the pairs
+    charged_s: float = 0.0  # of that, beyond the reference's, spread over the long launch's steps (`charged`)
 
     @property
     def timed(self) -> bool:
@@ -175,22 +179,31 @@ class Measurement:
             return ""
         return f"; your script's own records say {self.recorded_s * 1000:.2f} ms per step"
 
+    def _charged(self) -> str:
+        if not self.charged_s or self.pair_steps is None:
+            return ""
+        return f"; with the {self.charged_s:.2f} s your launches spend outside their steps beyond the reference's, spread over {self.pair_steps[1]} steps"
+
     def describe(self, records: bool = True) -> str:
         """'12.90 ms per step (median of 3 launches; best 12.31 ms)'; by the grader's clock:
         '12.90 ms per step by the grader's clock (median of 3 pairs of launches of 30 and 90 steps; best 12.31 ms)',
         with what the script's records claim when they disagree (and `records`: the side is the student's)."""
         if self.pair_steps is not None:
-            return f"{self.typical_s * 1000:.2f} ms per step by the grader's clock (median of {self._pairs()}; best {self.best_s * 1000:.2f} ms{self.records_disagree() if records else ''})"
+            return f"{self.typical_s * 1000:.2f} ms per step by the grader's clock (median of {self._pairs()}; best {self.best_s * 1000:.2f} ms{self._charged()}{self.records_disagree() if records else ''})"
         return f"{self.typical_s * 1000:.2f} ms per step (median of {len(self.medians_s)} launches; best {self.best_s * 1000:.2f} ms)"
 
     def describe_undisturbed(self, records: bool = True) -> str:
         """'12.31 ms per step undisturbed (the first decile of 54 steps in 3 launches; median launch 12.90 ms)'."""
         if self.pair_steps is not None:
-            return f"{self.undisturbed_s * 1000:.2f} ms per step undisturbed by the grader's clock (the first decile of {self._pairs()}; median {self.typical_s * 1000:.2f} ms{self.records_disagree() if records else ''})"
+            return f"{self.undisturbed_s * 1000:.2f} ms per step undisturbed by the grader's clock (the first decile of {self._pairs()}; median {self.typical_s * 1000:.2f} ms{self._charged()}{self.records_disagree() if records else ''})"
         return f"{self.undisturbed_s * 1000:.2f} ms per step undisturbed (the first decile of {len(self.steps_s)} steps in {len(self.medians_s)} launches; median launch {self.typical_s * 1000:.2f} ms)"
 
     def as_data(self) -> dict:
-        clock = {"clock": "grader", "pair_steps": list(self.pair_steps), "records_median_step_s": None if self.recorded_s is None else round(self.recorded_s, 6)} if self.pair_steps is not None else {}
+        clock = (
+            {"clock": "grader", "pair_steps": list(self.pair_steps), "records_median_step_s": None if self.recorded_s is None else round(self.recorded_s, 6), "outside_steps_s": self.outside_s, "charged_s": round(self.charged_s, 4)}
+            if self.pair_steps is not None
+            else {}
+        )
         return {
             "best_step_s": round(self.best_s, 6),
             "median_step_s": round(self.typical_s, 6),
@@ -243,6 +256,7 @@ def _clocked(launches: Sequence[JobResult], warmup: int) -> Measurement:
     per_step: list[float] = []
     spans: list[float] = []
     recorded: list[float] = []
+    outside: list[float] = []
     problem = None if launches else "it was not launched"
     pairs = list(zip(launches[::2], launches[1::2]))
     steps = (pairs[0][0].spec.clock_steps or 0, pairs[0][1].spec.clock_steps or 0) if pairs else (0, 0)
@@ -257,6 +271,7 @@ def _clocked(launches: Sequence[JobResult], warmup: int) -> Measurement:
         spans.append(long.wall_s - short.wall_s)
         if spans[-1] > 0:
             per_step.append(spans[-1] / (steps[1] - steps[0]))
+            outside.append(short.wall_s - steps[0] * per_step[-1])
             claimed = step_seconds(long, warmup)
             if claimed:
                 recorded.append(statistics.median(claimed))
@@ -266,7 +281,23 @@ def _clocked(launches: Sequence[JobResult], warmup: int) -> Measurement:
             f"(the median of {len(spans)} pair{'s' if len(spans) != 1 else ''} of launches): too little to time steps by (at least {MIN_SPAN_S:g} s); "
             "the script took fewer steps than asked, or the spec asks for too few on this machine"
         )
-    return Measurement(tuple(per_step), len(launches), problem, tuple(per_step), steps, statistics.median(recorded) if recorded else None)
+    return Measurement(tuple(per_step), len(launches), problem, tuple(per_step), steps, statistics.median(recorded) if recorded else None, round(min(outside), 4) if outside else None)
+
+
+def charged(own: Measurement, reference: Measurement) -> Measurement:
+    """`own` with the time its launches spend outside their steps beyond the reference's (the
+    least over each side's pairs), spread over the steps of its long launch. The difference of
+    two launches cannot tell a script that is slow in every step and sleeps longer the fewer
+    steps it is asked for (padding its short launch) from one with fast steps and a long
+    start-up; what it spends in all, it cannot hide: charged to its steps, the padding costs
+    them at least what it hid. A start-up as long as the reference's costs nothing; one longer
+    by a second costs a second spread over the long launch. Sides not timed by the grader's
+    clock are left as they are."""
+    if own.outside_s is None or reference.outside_s is None or own.pair_steps is None or own.outside_s <= reference.outside_s:
+        return own
+    extra = own.outside_s - reference.outside_s
+    per_step = extra / own.pair_steps[1]
+    return replace(own, medians_s=tuple(m + per_step for m in own.medians_s), steps_s=tuple(m + per_step for m in own.steps_s), charged_s=extra)
 
 
 def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
