@@ -5,7 +5,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((Path(__file__).parent / "gradescope_results.schema.json").read_text())

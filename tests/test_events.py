@@ -18,7 +18,7 @@ from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout
 from grader.run.records import decode_records, parse_records, read_records
 from helpers import ROOT
-from observations import ddp_rank, header, record_of, trajectory
+from observations import ddp_rank, header, trajectory
 from test_pipeline import practical, submission
 
 BACKWARD = {"kind": "backward", "t": 0.5, "seq": 3, "step": 0, "dur": 0.25}

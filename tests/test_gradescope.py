@@ -38,6 +38,7 @@ def run_autograder(root: Path, submission: Path) -> dict:
     shutil.copytree(submission, root / "submission")
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable}
     done = subprocess.run(["bash", str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=300)
+    assert (root / "results" / "results.json").is_file(), f"run_autograder wrote no results (exit {done.returncode}): {done.stderr[-2000:]}"
     results = load_results(root / "results" / "results.json")
     jsonschema.validate(results, SCHEMA)
     return results

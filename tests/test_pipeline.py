@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 from grader.checks.base import CheckDef, Verdict
 from grader.checks.distributed import CHECKS
 from grader.course import Practical

@@ -5,16 +5,19 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from grader.run import procs
 from grader.run.sandbox import Limits, Sandbox, open_sandbox
 from helpers import ROOT, load_results, run_cli
+
+if TYPE_CHECKING:
+    from grader.run.job import JobSpec
 
 NO_BWRAP = {**os.environ, "PATH": "/nonexistent"}  # bwrap (and every other tool) out of reach
 

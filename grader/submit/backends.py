@@ -186,9 +186,9 @@ class SlurmBackend:
         text = done.stdout if done.returncode == 0 else ""
         if not text:
             text = self._completion_record(job)
-        for field in text.split():
-            if field.startswith("JobState="):
-                value = field.split("=", 1)[1]
+        for entry in text.split():
+            if entry.startswith("JobState="):
+                value = entry.split("=", 1)[1]
                 if value in ("CONFIGURING", "REQUEUED", "SUSPENDED", "RESIZING"):
                     return JobState.PENDING
                 if value in ("COMPLETING",):
