@@ -6,7 +6,8 @@ launcher and the ranks (grader.probe.messages).
 A record is a JSON object: a tag naming its class ("kind": "forward", "op": "job", ...) and
 one key per field. `dumps` writes one. `parse_tagged` reads one back from what json.loads
 gave: the class its tag names, every field present and of its annotated type (int, float,
-bool, str, `X | None`, `tuple[X, ...]`, `dict[str, X]`, a nested dataclass, Value, JsonValue),
+bool, str, `X | None`, `tuple[X, ...]`, `dict[str, X]`, a nested dataclass, Value, JsonValue,
+Blob),
 no other key, and texts and lists within their bounds; anything else raises Malformed with a
 one-sentence reason.
 """
@@ -16,6 +17,7 @@ import dataclasses
 import functools
 import json
 import math
+import re
 import typing
 from typing import Any, Callable, Mapping, NewType
 
@@ -23,9 +25,11 @@ MAX_TEXT = 8192  # characters of any text field
 MAX_ITEMS = 1 << 16  # items of a list or a mapping (parameters, inputs, frames, ranks, ...)
 MAX_NUMBERS = 1 << 22  # numbers of one tensor's values
 MAX_JSON_DEPTH = 8  # nesting of a free-form value (a script's variable, an answer)
+MAX_BLOB = 64 << 20  # characters of a Blob (base64 of raw tensor bytes the grader's transport kept)
 
 Value = NewType("Value", float)  # a tensor element: any float, NaN and infinities included
 JsonValue = NewType("JsonValue", object)  # a free-form JSON value, bounded in depth and size
+Blob = NewType("Blob", str)  # raw bytes as base64 text (standard alphabet, padded), up to MAX_BLOB characters
 Check = Callable[[Any, str], Any]  # (value, what it is) -> the typed value, or Malformed
 
 
@@ -126,6 +130,17 @@ def _check_text(value: Any, what: str) -> str:
     return value
 
 
+def _check_blob(value: Any, what: str) -> str:
+    if type(value) is not str:
+        raise Malformed(f"{what} is {_shown(value)}, not a text")
+    if len(value) > MAX_BLOB or len(value) % 4 or not _BASE64.fullmatch(value):
+        raise Malformed(f"{what} is not base64 text of at most {MAX_BLOB} characters")
+    return value
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+
+
 def _optional(inner: Check) -> Check:
     def check(value: Any, what: str) -> Any:
         return None if value is None else inner(value, what)
@@ -191,7 +206,7 @@ def _json_value(value: Any, what: str, depth: int = 0) -> Any:
 def _checker(hint: Any) -> Check:
     """The check of one annotation (the types named in the module docstring, nothing else)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    simple = {int: _check_int, float: _check_float, bool: _check_bool, str: _check_text, Value: _check_value, JsonValue: _json_value}
+    simple = {int: _check_int, float: _check_float, bool: _check_bool, str: _check_text, Value: _check_value, JsonValue: _json_value, Blob: _check_blob}
     if hint in simple:
         return simple[hint]
     if args and type(None) in args:

@@ -1,0 +1,116 @@
+"""What the grader's hub saw (grader.probe.transport.hub), defined once for the hub that writes
+it and the grader that reads it (grader.run.local, then grader.traffic): every operation the
+ranks' process groups carried, in the order the hub completed them, with each member's part,
+and how each rank's connection ended.
+
+The report travels like every answer of the launcher (grader.probe.messages): compressed,
+base64-encoded and cut into `traffic` answers, each one atomic write on the launcher's pipe,
+which the ranks do not hold. It is read strictly (grader.probe.typed): a report that is not one
+is no report.
+"""
+from __future__ import annotations
+
+import base64
+import zlib
+from dataclasses import dataclass
+from typing import ClassVar, cast
+
+from grader.probe.transport.wire import TensorMeta
+from grader.probe.typed import Blob, Malformed, Value, dumps, loads, parse_tagged
+
+MAX_REPORT_BYTES = 256 << 20  # of a report, unpacked
+PART_CHARS = 3000  # base64 characters per `traffic` answer: a line well under PIPE_BUF
+
+
+@dataclass(frozen=True)
+class CarrierPlan:
+    """What the hub of a job is told: how long a collective may wait for its last member, and
+    how many bytes of what the members sent it keeps for the grader."""
+
+    wait_s: float  # from a collective's first member to its last, at most
+    keep_bytes: int  # raw bytes of floating-point inputs of reductions and broadcasts kept (beyond: only their sums)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One member's part in a carried operation."""
+
+    rank: int  # global rank
+    at: float  # seconds on the hub's clock when its call arrived
+    inputs: tuple[TensorMeta, ...]
+    data: Blob  # its inputs' bytes, one after the other; "" when not kept
+    sums: tuple[Value, ...]  # per input: the sum of its elements in float64 (0 for whole numbers)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """One operation the hub carried (or failed): a collective of a group, or a send/recv."""
+
+    group: str
+    index: int  # its place in the group's sequence of collectives; -1 for send and recv
+    kind: str
+    reduce: str
+    root: int  # global rank of the root (or of the other end of a send/recv), -1 for none
+    done: float  # seconds on the hub's clock when it was delivered (or failed)
+    members: tuple[Part, ...]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """A process group as its members registered it."""
+
+    name: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """How a rank's connection to the hub ended: "closed" (the process closed it: it ended),
+    "broken: <why>" (it sent what the transport does not carry), or "open" (still open when the
+    hub was stopped)."""
+
+    rank: int
+    at: float
+    how: str
+
+
+@dataclass(frozen=True)
+class TrafficReport:
+    """Everything the hub carried for a job's ranks."""
+
+    report: ClassVar[str] = "traffic"
+    world: int
+    groups: tuple[GroupRecord, ...]
+    carried: tuple[Carried, ...]
+    ends: tuple[RankEnd, ...]
+    omitted: int  # operations past the report's bound, not listed
+    kept_bytes: int  # of data kept, against the plan's keep_bytes
+
+
+def report_line(report: TrafficReport) -> str:
+    return dumps(report, "report", report.report)
+
+
+def parse_report(text: str | bytes) -> TrafficReport:
+    """The report a line holds; Malformed when it is not one."""
+    return cast(TrafficReport, parse_tagged(loads(text, "traffic report"), "report", {TrafficReport.report: TrafficReport}, "traffic report"))
+
+
+def pack(report: TrafficReport) -> list[str]:
+    """The report as base64 chunks of its compressed line, each under PART_CHARS."""
+    data = base64.b64encode(zlib.compress(report_line(report).encode(), 6)).decode()
+    return [data[i : i + PART_CHARS] for i in range(0, len(data), PART_CHARS)] or [""]
+
+
+def unpack(chunks: list[str]) -> TrafficReport:
+    """The report from its chunks in order; Malformed when they do not make one."""
+    try:
+        packed = base64.b64decode("".join(chunks), validate=True)
+        inflate = zlib.decompressobj()
+        text = inflate.decompress(packed, MAX_REPORT_BYTES)
+    except (ValueError, zlib.error) as exc:
+        raise Malformed(f"the hub's report cannot be unpacked: {exc}") from None
+    if inflate.unconsumed_tail:
+        raise Malformed(f"the hub's report is larger than {MAX_REPORT_BYTES} bytes")
+    return parse_report(text)

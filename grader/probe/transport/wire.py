@@ -1,0 +1,217 @@
+"""What crosses the socket between a rank's process group (grader.probe.transport.client) and
+the grader's hub (grader.probe.transport.hub), defined once for both ends.
+
+A frame is an 8-byte prefix (two little-endian uint32: the header's length, the payload's
+length), a header (one JSON object of grader.probe.typed, tagged "op" from the rank, "event"
+from the hub) and a payload: the raw bytes of the tensors the header lists, one after the
+other, C-contiguous, in the machine's byte order. Standard library only: the client end runs
+in the student's process.
+
+The hub reads every frame strictly (`FrameReader`): a header that is not one of these, a
+payload whose length is not what its tensors' dtypes and shapes make, a dtype outside
+DTYPES, a frame over its bound: the rank's connection is broken with that reason, and every
+collective it was part of fails for the others with it.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar, Mapping, Union, cast
+
+from grader.probe.typed import Malformed, dumps, loads, parse_tagged
+
+PREFIX = struct.Struct("<II")
+MAX_HEADER = 1 << 16  # bytes of one header
+MAX_PAYLOAD = 1 << 30  # bytes of one frame's tensors
+MAX_TENSORS = 4096  # tensors of one call (a coalesced all-reduce of many parameters)
+
+# dtype name -> bytes per element: what the transport carries (the hub and client map names to torch dtypes)
+DTYPES: Mapping[str, int] = MappingProxyType({
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "complex64": 8, "complex128": 16,
+})
+
+KINDS = (
+    "all_reduce",  # every member's tensors reduced, to every member (coalesced: several tensors)
+    "broadcast",  # the root's tensors to every other member
+    "all_gather",  # every member's tensor to every member, in member order
+    "reduce_scatter",  # member r gets the reduction of every member's r-th tensor
+    "reduce",  # the reduction to the root
+    "gather",  # every member's tensor to the root
+    "scatter",  # the root's r-th tensor to member r
+    "all_to_all",  # member s's r-th tensor to member r
+    "barrier",  # nothing but the meeting
+    "send",  # to `peer`, with `tag` (buffered by the hub: it completes at once)
+    "recv",  # from `peer` (-1: any member), with `tag`
+)
+REDUCTIONS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
+POINT_TO_POINT = ("send", "recv")
+
+
+class BadFrame(Malformed):
+    """A frame is not one the other end writes; the message says why."""
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A tensor in a payload: its dtype (a key of DTYPES) and shape."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPES[self.dtype]
+
+    def describe(self) -> str:
+        """'[64, 32] float32'."""
+        return f"{list(self.shape)} {self.dtype}"
+
+
+# ------------------------------------------------------------------ rank -> hub
+@dataclass(frozen=True)
+class Group:
+    """A process group the rank belongs to: `ranks` are the global ranks of its members, in
+    the order of their ranks in the group; `name` is c10d's (the same on every member)."""
+
+    op: ClassVar[str] = "group"
+    name: str
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective or point-to-point operation of the rank on a group; its `inputs` follow
+    as the payload, `outputs` are the tensors it will fill from the answer."""
+
+    op: ClassVar[str] = "call"
+    id: int  # the rank's own numbering: the answer carries it back
+    group: str
+    kind: str  # one of KINDS
+    reduce: str  # one of REDUCTIONS for the reducing kinds, "" otherwise
+    root: int  # the root's rank in the group (broadcast, reduce, gather, scatter), -1 otherwise
+    peer: int  # send/recv: the other end's rank in the group (-1: any, for recv); -1 otherwise
+    tag: int
+    inputs: tuple[TensorMeta, ...]
+    outputs: tuple[TensorMeta, ...]
+
+
+# ------------------------------------------------------------------ hub -> rank
+@dataclass(frozen=True)
+class Done:
+    """The answer to a Call: the tensors its `outputs` are filled with follow as the payload
+    (`outputs` here says which, none on error); `source`, for recv, is the sender's rank in the group."""
+
+    event: ClassVar[str] = "done"
+    id: int
+    outputs: tuple[TensorMeta, ...]
+    source: int
+    error: str | None
+
+
+Request = Union[Group, Call]
+REQUESTS: Mapping[str, type] = MappingProxyType({cls.op: cls for cls in (Group, Call)})
+
+
+def _valid_metas(metas: tuple[TensorMeta, ...], what: str) -> None:
+    if len(metas) > MAX_TENSORS:
+        raise BadFrame(f"{what} lists more than {MAX_TENSORS} tensors")
+    for meta in metas:
+        if meta.dtype not in DTYPES:
+            raise BadFrame(f"{what} has a tensor of dtype {meta.dtype[:40]!r}, which the transport does not carry")
+        if any(size < 0 for size in meta.shape) or len(meta.shape) > 16:
+            raise BadFrame(f"{what} has a tensor of shape {list(meta.shape)[:17]}")
+        if meta.nbytes > MAX_PAYLOAD:
+            raise BadFrame(f"{what} has a tensor of more than {MAX_PAYLOAD} bytes")
+
+
+def check_request(request: Request) -> Request:
+    """`request`, when its values are in range; BadFrame otherwise."""
+    if isinstance(request, Group):
+        if not request.ranks or len(set(request.ranks)) != len(request.ranks) or min(request.ranks) < 0:
+            raise BadFrame(f"group {request.name[:40]!r} lists its members as {list(request.ranks)[:8]}")
+        return request
+    what = f"call {request.id}"
+    if request.kind not in KINDS:
+        raise BadFrame(f"{what} is of kind {request.kind[:40]!r}, not one of {', '.join(KINDS)}")
+    if request.reduce not in ("", *REDUCTIONS):
+        raise BadFrame(f"{what} reduces with {request.reduce[:40]!r}")
+    _valid_metas(request.inputs, what)
+    _valid_metas(request.outputs, what)
+    return request
+
+
+def request_frame(request: Request) -> bytes:
+    """The prefix and header of a request (its payload, if any, is sent after it)."""
+    header = dumps(request, "op", request.op).encode()
+    payload = sum(meta.nbytes for meta in request.inputs) if isinstance(request, Call) else 0
+    return PREFIX.pack(len(header), payload) + header
+
+
+def answer_frame(answer: Done) -> bytes:
+    """The prefix and header of an answer (its payload is sent after it)."""
+    header = dumps(answer, "event", answer.event).encode()
+    return PREFIX.pack(len(header), sum(meta.nbytes for meta in answer.outputs)) + header
+
+
+def parse_request(header: bytes, payload_bytes: int) -> Request:
+    """The request a header holds, checked against its payload's length; BadFrame otherwise."""
+    try:
+        request = cast(Request, parse_tagged(loads(header, "frame"), "op", REQUESTS, "request"))
+    except Malformed as exc:
+        raise BadFrame(str(exc)) from None
+    request = check_request(request)
+    declared = sum(meta.nbytes for meta in request.inputs) if isinstance(request, Call) else 0
+    if declared != payload_bytes:
+        raise BadFrame(f"a {request.op!r} frame carries {payload_bytes} bytes where its tensors make {declared}")
+    return request
+
+
+def parse_answer(header: bytes) -> Done:
+    """The answer a header holds; BadFrame otherwise."""
+    try:
+        answer = cast(Done, parse_tagged(loads(header, "frame"), "event", {Done.event: Done}, "answer"))
+    except Malformed as exc:
+        raise BadFrame(str(exc)) from None
+    _valid_metas(answer.outputs, f"answer {answer.id}")
+    return answer
+
+
+class FrameReader:
+    """Frames out of a byte stream that arrives in pieces (`feed`), whole ones out of `frames`.
+    A prefix that announces more than MAX_HEADER or MAX_PAYLOAD bytes raises BadFrame at once,
+    before the bytes are waited for."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    def frames(self) -> list[tuple[bytes, bytearray]]:
+        """The (header, payload) of every whole frame received so far."""
+        done = []
+        while len(self._buffer) >= PREFIX.size:
+            head, body = PREFIX.unpack_from(self._buffer)
+            if head > MAX_HEADER or body > MAX_PAYLOAD:
+                raise BadFrame(f"a frame announces a {head}-byte header and a {body}-byte payload, over the transport's bounds")
+            end = PREFIX.size + head + body
+            if len(self._buffer) < end:
+                break
+            header = bytes(self._buffer[PREFIX.size : PREFIX.size + head])
+            payload = bytearray(self._buffer[PREFIX.size + head : end])
+            del self._buffer[:end]
+            done.append((header, payload))
+        return done
+
+    @property
+    def pending(self) -> int:
+        """Bytes received of a frame not whole yet."""
+        return len(self._buffer)

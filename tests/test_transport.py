@@ -1,0 +1,142 @@
+"""The grader's transport: what each collective delivers (pure), the wire's strict reading, and
+real ranks whose process groups the hub carries (tests/transport_ranks.py): every kind of
+operation arrives as gloo would deliver it, DDP trains as single-process training does, and
+every failure — members that disagree, a rank that left, one that never came, one that wrote
+garbage — is an answer with a sentence, never a hang."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from grader.probe.transport import wire
+from grader.probe.transport.collectives import deliver, mismatch
+from grader.probe.transport.traffic import Carried, GroupRecord, Part, RankEnd, TrafficReport, pack, unpack
+from grader.probe.transport.wire import BadFrame, Call, FrameReader, TensorMeta, parse_request, request_frame
+from grader.probe.typed import Malformed, dumps
+from grader.run import procs
+from helpers import ROOT
+
+F2 = TensorMeta("float32", (2,))
+
+
+def call(kind: str, inputs=(F2,), outputs=(F2,), reduce: str = "", root: int = -1, ident: int = 0) -> Call:
+    return Call(ident, "0", kind, reduce, root, -1, 0, tuple(inputs), tuple(outputs))
+
+
+def test_each_collective_delivers_what_its_members_sent() -> None:
+    ones = {m: [torch.tensor([1.0, 2.0]) * (m + 1)] for m in range(3)}
+    reduced = deliver({m: call("all_reduce", reduce="SUM") for m in range(3)}, ones)
+    assert all(out[0].tolist() == [6.0, 12.0] for out in reduced.values())
+    averaged = deliver({m: call("all_reduce", reduce="AVG") for m in range(3)}, ones)
+    assert averaged[2][0].tolist() == [2.0, 4.0]
+    broadcast = {m: call("broadcast", inputs=(F2,) if m == 1 else (), outputs=() if m == 1 else (F2,), root=1) for m in range(3)}
+    delivered = deliver(broadcast, {m: ones[m] if m == 1 else [] for m in range(3)})
+    assert delivered[0][0].tolist() == [2.0, 4.0] and delivered[1] == []
+    pieces = {m: [torch.tensor([float(10 * m + r)]) for r in range(3)] for m in range(3)}
+    one = TensorMeta("float32", (1,))
+    scattered = deliver({m: call("reduce_scatter", inputs=(one,) * 3, outputs=(one,), reduce="SUM") for m in range(3)}, pieces)
+    assert [scattered[m][0].item() for m in range(3)] == [30.0, 33.0, 36.0]
+    swapped = deliver({m: call("all_to_all", inputs=(one,) * 3, outputs=(one,) * 3) for m in range(3)}, pieces)
+    assert [t.item() for t in swapped[1]] == [1.0, 11.0, 21.0]
+
+
+def test_members_that_disagree_are_named_with_both_calls() -> None:
+    calls = {0: call("all_reduce", reduce="SUM"), 1: call("broadcast", inputs=(), root=0)}
+    assert mismatch(calls) == "rank 0 called all_reduce SUM([2] float32) where rank 1 called broadcast([2] float32) from root 0"
+    other_shape = {0: call("all_reduce", reduce="SUM"), 1: call("all_reduce", (TensorMeta("float32", (3,)),), (TensorMeta("float32", (3,)),), reduce="SUM")}
+    assert "rank 1 called all_reduce SUM([3] float32)" in mismatch(other_shape)
+    assert mismatch({0: call("all_reduce", (TensorMeta("int64", (2,)),), (TensorMeta("int64", (2,)),), reduce="AVG")}) == "rank 0 called all_reduce AVG([2] int64): it averages whole numbers"
+    assert mismatch({m: call("broadcast", root=5) for m in range(2)}).endswith("its root 5 is not a member of the group of 2")
+    assert mismatch({m: call("all_reduce", reduce="SUM") for m in range(2)}) is None
+
+
+def test_the_hub_reads_frames_strictly() -> None:
+    good = request_frame(call("all_reduce", reduce="SUM")) + b"\0" * 8
+    reader = FrameReader()
+    reader.feed(good[:5])
+    assert reader.frames() == [] and reader.pending == 5
+    reader.feed(good[5:])
+    ((header, payload),) = reader.frames()
+    assert parse_request(header, len(payload)).kind == "all_reduce"
+    with pytest.raises(BadFrame, match="carries 4 bytes where its tensors make 8"):
+        parse_request(header, 4)
+    bad_kind = request_frame(call("all_reduce", reduce="SUM"))[8:].replace(b"all_reduce", b"rm_rf_home")
+    with pytest.raises(BadFrame, match="kind 'rm_rf_home'"):
+        parse_request(bad_kind, 8)
+    with pytest.raises(BadFrame, match="dtype 'object'"):
+        parse_request(dumps(call("all_reduce", (TensorMeta("object", (1,)),), (), reduce="SUM"), "op", "call").encode(), 0)
+    huge = FrameReader()
+    huge.feed(wire.PREFIX.pack(16, wire.MAX_PAYLOAD + 1))
+    with pytest.raises(BadFrame, match="over the transport's bounds"):
+        huge.frames()
+
+
+def test_the_report_round_trips_and_a_forged_one_is_refused() -> None:
+    report = TrafficReport(2, (GroupRecord("0", (0, 1)),), (Carried("0", 0, "all_reduce", "SUM", -1, 0.5, (Part(0, 0.1, (F2,), "AAAAAAAAAAA=", (0.0,)),), None),), (RankEnd(0, 1.0, "closed"),), 0, 8)
+    assert unpack(pack(report)) == report
+    with pytest.raises(Malformed):
+        unpack(["bm90IGEgcmVwb3J0"])
+
+
+def ranks(scenario: str, world: int, wait_s: float = 10.0) -> dict:
+    """Run a scenario of tests/transport_ranks.py: its ranks' results and the hub's report."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "transport_ranks.py"), scenario, str(world), str(wait_s)],
+        capture_output=True, text=True, timeout=120, env={"TEST_PORT": str(procs.free_port()), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_every_kind_of_operation_arrives_as_gloo_delivers_it() -> None:
+    seen = ranks("every_collective", 3)
+    r0, r1, r2 = seen["ranks"]
+    assert r0["backend"] == "gloo", r0  # what the script asked for, as under torchrun
+    assert r0["all_reduce"] == [6.0] * 3 and r2["all_reduce_max"] == [3.0]
+    assert r0["broadcast"] == r1["broadcast"] == [2.0]
+    assert r1["all_gather"] == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]] and r2["all_gather_into_tensor"] == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]
+    assert r0["reduce"] == [6.0]
+    assert [r["reduce_scatter"] for r in (r0, r1, r2)] == [[30.0], [33.0], [36.0]]
+    assert r1["reduce_scatter_tensor"] == [9.0, 12.0]
+    assert r0["gather"] == [[0.0], [1.0], [2.0]] and r1["gather"] is None
+    assert [r["scatter"] for r in (r0, r1, r2)] == [[0.0], [100.0], [200.0]]
+    assert r2["all_to_all_single"] == [2.0, 12.0, 22.0]
+    assert r2["recv"] == [42.0]
+    assert r1["all_gather_object"] == [{"rank": 0}, {"rank": 1}, {"rank": 2}]
+    assert r0["subgroup"] == r1["subgroup"] == [11.0] and "subgroup" not in r2
+    assert seen["ends"] == ["closed"] * 3
+    assert not [c for c in seen["carried"] if c["error"]]
+    reductions = [c for c in seen["carried"] if c["kind"] == "all_reduce" and c["group"] == "0"]
+    assert reductions[0]["kept"] == [True] * 3  # what each member sent is in the report
+    assert any(c["kind"] == "all_reduce" and c["ranks"] == [0, 1] for c in seen["carried"])  # the subgroup's
+
+
+@pytest.mark.slow
+def test_ddp_over_the_hub_trains_as_one_process_does() -> None:
+    seen = ranks("ddp_training", 3)
+    for result in seen["ranks"]:
+        for mine, want in zip(result["params"], seen["reference"]):
+            assert max(abs(a - b) for a, b in zip(mine, want)) < 1e-6
+    kinds = [c["kind"] for c in seen["carried"]]
+    assert kinds.count("broadcast") >= 1 and kinds.count("all_reduce") == 2  # DDP's start, one bucket per backward
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("scenario", "world", "wait_s", "said"),
+    [
+        ("disagree", 2, 10.0, "collective 1 of the default process group: rank 0 called all_reduce SUM([2] float32) where rank 1 called broadcast([2] float32) from root 0"),
+        ("leaves_early", 3, 10.0, "collective 1 of the default process group: rank 2 left (its process ended) before it joined; its last call: nothing yet"),
+        ("stays_away", 2, 0.5, "collective 1 of the default process group: rank 1 did not join within 0.5 s (its last call: nothing yet)"),
+        ("writes_garbage", 3, 10.0, "rank 2 left (broken: a frame is not valid JSON) before it joined"),
+    ],
+)
+def test_a_collective_that_cannot_complete_fails_every_member_with_a_sentence(scenario: str, world: int, wait_s: float, said: str) -> None:
+    seen = ranks(scenario, world, wait_s)
+    assert seen["ranks"][0]["error"].startswith("collective 1") and said in seen["ranks"][0]["error"], seen["ranks"][0]
+    assert seen["carried"][0]["error"] and said in seen["carried"][0]["error"]
