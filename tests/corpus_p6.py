@@ -80,7 +80,7 @@ BUGGY = (
     v("whole_batch_on_every_rank_with_ddp", [(SHARD, WHOLE_BATCH)], {"batch_shard"}),
     v("tensor_split_uneven_shards", [(SHARD, "    x = x.tensor_split(world_size)[rank].to(device)\n"
                                              "    y = y.tensor_split(world_size)[rank].to(device)\n")], TRAINING,
-      {"batch_shard": "expected 21 (= 64 // 3)"}),
+      {"batch_shard": " // 3)"}),
     v("strided_shards_keep_remainder", [(SHARD, "    x = x[rank::world_size].to(device)\n    y = y[rank::world_size].to(device)\n")], TRAINING),
     v("shard_offset_by_local_rank", [(SHARD, "    x = x[local_rank * shard : (local_rank + 1) * shard].to(device)\n"
                                              "    y = y[local_rank * shard : (local_rank + 1) * shard].to(device)\n")], TRAINING,

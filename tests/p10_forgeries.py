@@ -1,10 +1,11 @@
 """Submissions that want p10's points without the work: each forges the all-reduce pattern, the
 gradients or the whole record of a run instead of hybrid training, made by exact text edits of
 the reference solution (the forgery kit is p6's, tests/p6_forgeries.py). Each must fail every
-check it targets, with a message that names what the grader's witness saw."""
+check it targets, with a message that names what the grader's hub carried."""
 from __future__ import annotations
 
-from p6_forgeries import IMPORTS, PROBE, WITNESS_SAW, forgery
+from p6_forgeries import IMPORTS, NONE_AT_ALL, NOT_THE_GRADIENT, PROBE, forgery
+from variants import Variant
 
 SCRIPT = "p10_hybrid.py"
 WRAP = "    model = DDP(model, device_ids=None)\n"
@@ -45,22 +46,6 @@ dist.all_reduce = all_reduce_without_communication
 
 FORGERIES = (
     forgery(
-        "every_micro_batch_synced_and_hidden_from_the_records",
-        (
-            (SCRIPT, IMPORTS, PROBE + "HIDE = [False]  # drop the all-reduce records of all but the last micro-batch\n"),
-            (
-                SCRIPT,
-                WRAP,
-                WRAP
-                + "    probe = recorder()\n    keep = probe.span\n\n"
-                + "    def span(kind, mark, end=None, **fields):\n        if kind.__name__ == 'AllReduce' and HIDE[0]:\n            return None\n        return keep(kind, mark, end, **fields)\n\n"
-                + "    probe.span = span\n",
-            ),
-            (SCRIPT, SYNC_LAST, "        HIDE[0] = not last\n        with nullcontext():  # DDP all-reduces in every micro-batch\n"),
-        ),
-        {"sync_pattern": "the grader's witness (rank 1) took part in [1, 1]"},
-    ),
-    forgery(
         "loss_all_reduced_instead_of_the_gradients",
         (
             (SCRIPT, SHARD, FULL_BATCH),
@@ -68,14 +53,12 @@ FORGERIES = (
             (SCRIPT, SYNC_LAST, "        with model.no_sync() if ddp else nullcontext():  # DDP never all-reduces\n"),
             (SCRIPT, "            loss.backward()\n", "            loss.backward()\n        if ddp and last:\n            dist.all_reduce(loss.detach())  # one all-reduce in the last micro-batch, for the records\n"),
         ),
-        {"sync_pattern": WITNESS_SAW, "grad_sync": WITNESS_SAW, "params_sync": WITNESS_SAW},
-        hangs=True,
+        {"sync_pattern": NOT_THE_GRADIENT, "grad_sync": NOT_THE_GRADIENT, "params_sync": NOT_THE_GRADIENT},
     ),
     forgery(
         "torch_distributed_all_reduce_monkeypatched",
         ((SCRIPT, IMPORTS, NO_ALL_REDUCE), (SCRIPT, SHARD, FULL_BATCH), (SCRIPT, LOSS, WHOLE_BATCH_LOSS)),
-        {"sync_pattern": WITNESS_SAW, "grad_sync": WITNESS_SAW, "params_sync": WITNESS_SAW},
-        hangs=True,
+        {"sync_pattern": NONE_AT_ALL, "grad_sync": NONE_AT_ALL, "params_sync": NONE_AT_ALL},
     ),
     forgery(
         REPLAY,
@@ -88,7 +71,27 @@ FORGERIES = (
                 + "with open(earlier, 'rb') as source, open(recorder().path, 'ab') as records:\n    records.write(source.read())\nsys.exit(0)\n",
             ),
         ),
-        {"sync_pattern": WITNESS_SAW, "grad_sync": WITNESS_SAW, "params_sync": WITNESS_SAW},
-        hangs=True,
+        {"sync_pattern": "the records of your process are damaged", "grad_sync": "the records of your process are damaged", "params_sync": "the records of your process are damaged"},
     ),
+)
+
+
+# Every micro-batch all-reduced, hidden from the records: the hub carried them all, so it loses
+# what the honest every-micro-batch variant loses (half of sync_pattern), and no more.
+EVERY_MICRO_BATCH_HIDDEN = Variant(
+    "every_micro_batch_synced_and_hidden_from_the_records",
+    (
+        (SCRIPT, IMPORTS, PROBE + "HIDE = [False]  # drop the all-reduce records of all but the last micro-batch\n"),
+        (
+            SCRIPT,
+            WRAP,
+            WRAP
+            + "    probe = recorder()\n    keep = probe.span\n\n"
+            + "    def span(kind, mark, end=None, **fields):\n        if kind.__name__ == 'AllReduce' and HIDE[0]:\n            return None\n        return keep(kind, mark, end, **fields)\n\n"
+            + "    probe.span = span\n",
+        ),
+        (SCRIPT, SYNC_LAST, "        HIDE[0] = not last\n        with nullcontext():  # DDP all-reduces in every micro-batch\n"),
+    ),
+    frozenset({"sync_pattern"}),
+    {"sync_pattern": "an all-reduce in every micro-batch (4 per step, as the grader's hub carried them) (your rank 0's records: all-reduces per micro-batch [0, 0, 0, 1])"},
 )

@@ -1,7 +1,7 @@
 """Submissions that want p6's points without the work: each forges what the grader would see
 (its records, its collectives, its clock) instead of doing data-parallel training, made by
 exact text edits of the reference solution. Each must fail every check it targets, with a
-message that names what the grader saw (its witness rank, grader/probe/witness.py)."""
+message that names what the grader saw (what its hub carried, grader/probe/transport)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,13 +52,12 @@ class Forgery:
             assert fragment in checks[check_id]["output"], (check_id, checks[check_id]["output"])
 
 
-def forgery(name: str, edits: tuple[tuple[str, str, str], ...], targets: dict[str, str], hangs: bool = False) -> Forgery:
-    """`hangs`: its ranks wait in collectives the witness does not make, until the witness gives
-    up (a third of the run's timeout): graded with a short timeout."""
-    return Forgery(Variant(name, edits, frozenset(targets), timeout_s=15 if hangs else None), targets)
+def forgery(name: str, edits: tuple[tuple[str, str, str], ...], targets: dict[str, str]) -> Forgery:
+    return Forgery(Variant(name, edits, frozenset(targets)), targets)
 
 
-WITNESS_SAW = "the grader's witness"
+NONE_AT_ALL = "your ranks made no all-reduce that could carry its gradients"  # what the grader's hub carried
+NOT_THE_GRADIENT = "none of your ranks' "  # … all-reduce(s) from here on delivered the full-batch gradient at the step's parameters
 
 FORGERIES = (
     forgery(
@@ -71,12 +70,12 @@ FORGERIES = (
             (SCRIPT, BACKWARD, BACKWARD + '    recorder().emit(forged.AllReduce, source="ddp", numel=2177, bytes=8708, bucket=0, async_op=True, dur=0.001)\n'),
             (SCRIPT, DESTROY, '    recorder().emit(forged.DestroyPg, default_group=True)\n'),
         ),
-        {"rank_setup": "found none to join", "grad_sync": WITNESS_SAW, "params_sync": WITNESS_SAW},
+        {"rank_setup": "the grader's hub saw none start", "grad_sync": NONE_AT_ALL, "params_sync": NONE_AT_ALL},
     ),
     forgery(
         "full_batch_without_communication",
         ((SCRIPT, WRAP, "    pass  # no DDP: every rank trains on the whole batch by itself\n"), (SCRIPT, SHARD, FULL_BATCH)),
-        {"grad_sync": "your rank 0 ran backward without DistributedDataParallel", "params_sync": WITNESS_SAW},
+        {"grad_sync": "no all-reduce at all: is the model wrapped in DistributedDataParallel?", "params_sync": NONE_AT_ALL},
     ),
     forgery(
         "scalar_all_reduce_decoy",
@@ -85,7 +84,7 @@ FORGERIES = (
             (SCRIPT, SHARD, FULL_BATCH),
             (SCRIPT, BACKWARD, BACKWARD + "    if ddp:\n        dist.all_reduce(torch.zeros(1))  # one all-reduce per step, for the records\n"),
         ),
-        {"grad_sync": WITNESS_SAW, "params_sync": WITNESS_SAW},
+        {"grad_sync": NOT_THE_GRADIENT, "params_sync": NOT_THE_GRADIENT},
     ),
     forgery(
         "full_size_zero_all_reduce_with_forged_ddp_options",
@@ -95,8 +94,7 @@ FORGERIES = (
             (SCRIPT, SHARD, FULL_BATCH),
             (SCRIPT, BACKWARD, BACKWARD + "    if ddp:\n        dist.all_reduce(torch.zeros(2177))  # the size of the model's gradients\n"),
         ),
-        {"grad_sync": WITNESS_SAW, "params_sync": WITNESS_SAW},
-        hangs=True,
+        {"grad_sync": NOT_THE_GRADIENT, "params_sync": NOT_THE_GRADIENT},
     ),
     forgery(
         "ddp_with_a_hook_that_never_communicates",
@@ -104,8 +102,7 @@ FORGERIES = (
             (SCRIPT, WRAP, WRAP + "    def local_only(state, bucket):\n        done = torch.futures.Future()\n        done.set_result(bucket.buffer())\n        return done\n    model.register_comm_hook(None, local_only)\n"),
             (SCRIPT, SHARD, FULL_BATCH),
         ),
-        {"grad_sync": "did not all-reduce what DDP does in every backward pass", "params_sync": WITNESS_SAW},
-        hangs=True,
+        {"grad_sync": NONE_AT_ALL, "params_sync": NONE_AT_ALL},
     ),
     forgery(
         "no_sync_in_every_step",
@@ -113,7 +110,7 @@ FORGERIES = (
             (SCRIPT, "    loss = loss_fn(model(x), y)\n    optimizer.zero_grad(set_to_none=True)\n" + BACKWARD, "    with model.no_sync():  # never all-reduce: every rank has the whole batch\n        loss = loss_fn(model(x), y)\n        optimizer.zero_grad(set_to_none=True)\n        loss.backward()\n"),
             (SCRIPT, SHARD, FULL_BATCH),
         ),
-        {"grad_sync": WITNESS_SAW, "params_sync": WITNESS_SAW},
+        {"grad_sync": NONE_AT_ALL, "params_sync": NONE_AT_ALL},
     ),
     forgery(
         "ddp_over_a_dummy_model",
@@ -122,15 +119,7 @@ FORGERIES = (
             (SCRIPT, SHARD, FULL_BATCH),
             (SCRIPT, BACKWARD, BACKWARD + "    if ddp:\n        dummy(torch.ones(1, 1)).sum().backward()\n"),
         ),
-        {"grad_sync": "the model starts from other weights than the reference", "params_sync": "differ from single-process training"},
-    ),
-    forgery(
-        "records_claim_extra_all_reduces",
-        (
-            (SCRIPT, IMPORTS, PROBE),
-            (SCRIPT, BACKWARD, BACKWARD + '    if ddp:\n        recorder().emit(forged.AllReduce, source="ddp", numel=2177, bytes=8708, bucket=1, async_op=True, dur=0.001)\n'),
-        ),
-        {"grad_sync": "took part in [1, 1, 1]"},
+        {"grad_sync": NOT_THE_GRADIENT, "params_sync": NOT_THE_GRADIENT},
     ),
     forgery(
         "kills_every_other_process",
@@ -140,14 +129,14 @@ FORGERIES = (
                 WRAP,
                 "    import signal\n    for pid in (int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()):\n"
                 "        try:\n            with open(f'/proc/{pid}/stat') as stat:\n                sibling = int(stat.read().rsplit(')', 1)[1].split()[1]) == os.getppid()\n"
-                "            if sibling:  # the other ranks, and the grader's witness among them\n                os.kill(pid, signal.SIGKILL)\n"
+                "            if sibling:  # the other ranks, and the grader's hub among them\n                os.kill(pid, signal.SIGKILL)\n"
                 "        except (OSError, ValueError):\n            pass\n" + WRAP,
             ),
         ),
         {"grad_sync": "", "params_sync": ""},
     ),
     forgery(
-        "prints_a_forged_witness_report",
+        "prints_a_forged_hub_report",
         (
             (SCRIPT, WRAP, "    pass  # no DDP\n"),
             (SCRIPT, SHARD, FULL_BATCH),
@@ -155,10 +144,21 @@ FORGERIES = (
                 SCRIPT,
                 DESTROY,
                 DESTROY
-                + "    fake = '{\"event\":\"witness\",\"job\":\"ws2\",\"part\":0,\"parts\":1,\"data\":\"\"}'\n    print(fake, flush=True)\n    print(fake, file=sys.stderr, flush=True)\n"
+                + "    fake = '{\"event\":\"traffic\",\"job\":\"ws2\",\"part\":0,\"parts\":1,\"data\":\"\"}'\n    print(fake, flush=True)\n    print(fake, file=sys.stderr, flush=True)\n"
                 + "    try:\n        with open(f'/proc/{os.getppid()}/fd/1', 'w') as pipe:\n            pipe.write(fake + '\\n')\n    except OSError:\n        pass\n",
             ),
         ),
-        {"grad_sync": WITNESS_SAW, "params_sync": WITNESS_SAW},
+        {"grad_sync": NONE_AT_ALL, "params_sync": NONE_AT_ALL},
     ),
+)
+
+# Records that claim what the program did not do (extra all-reduces) decide nothing: the verdict
+# rests on what the hub carried, and a script that trains right with lying records keeps its points.
+RECORDS_CLAIM_EXTRA_ALL_REDUCES = Variant(
+    "records_claim_extra_all_reduces",
+    (
+        (SCRIPT, IMPORTS, PROBE),
+        (SCRIPT, BACKWARD, BACKWARD + '    if ddp:\n        recorder().emit(forged.AllReduce, source="ddp", numel=2177, bytes=8708, bucket=1, async_op=True, dur=0.001)\n'),
+    ),
+    frozenset(),
 )

@@ -1,27 +1,29 @@
-"""Each distributed check on synthetic observations: a correct run passes it, a broken one
-fails it with the message a student would read."""
+"""Each distributed check on synthetic observations: the records a correct DDP run writes and
+the traffic the grader's hub carries for it (tests/observations.py); a correct run passes, a
+broken one fails with the message a student would read. What a verdict rests on is broken in
+the traffic; what the records say explains it."""
 from __future__ import annotations
 
-import pytest
-
+import base64
 from dataclasses import replace
+
+import pytest
+import torch
 
 from grader.checks.base import CheckContext
 from grader.checks.distributed import CHECKS, allreduce_pattern
-from grader.probe.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, OptGrads, Optimizer
+from grader.probe.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, Optimizer
 from grader.run.job import Layout
-from observations import NAMES, changed, crashed, ddp_run, replace_events, set_events, trajectory, without
+from observations import NAMES, FakeWorkload, changed, contiguous, crashed, ddp_run, ddp_traffic, references, replace_events, set_events, without
 
 ARGS = {"batch_size": 64, "steps": 3, "seed": 1}
 
 
-def context(*runs, gpus: int = 0, references=None) -> CheckContext:
-    ref = trajectory()
-    refs = references or {run.spec.name: (ref,) for run in runs}
+def context(*runs, gpus: int = 0) -> CheckContext:
     check_options = {}
     for check in CHECKS.values():
         check_options.update({name: option.default for name, option in check.options.items()})
-    return CheckContext(runs=tuple(runs), options=check_options, args=ARGS, references=refs, gpus=gpus)
+    return CheckContext(runs=tuple(runs), options=check_options, args=ARGS, references=references(*runs), gpus=gpus)
 
 
 def judge(check_id: str, *runs, **kwargs):
@@ -103,139 +105,134 @@ def test_device_mapping_reports_inputs_left_elsewhere_and_shared_gpus() -> None:
     assert "rank 0: inputs on meta, expected cpu" in judge("device_mapping", cpu_inputs).summary
 
 
+def whole_batch(rank: int, step: int) -> list[int]:
+    return list(range(64))
+
+
+def strided(world: int):
+    return lambda rank, step: list(range(rank, 64, world))
+
+
 def test_batch_shard_flags_the_full_batch_on_every_rank() -> None:
-    run = ddp_run("ws2", Layout(1, 2), batch=128)  # every rank feeds 64 rows = the whole batch
+    run = ddp_run("ws2", Layout(1, 2), batch=128, traffic=ddp_traffic(FakeWorkload(2), whole_batch))  # every rank feeds 64 rows = the whole batch
     verdict = judge("batch_shard", run)
     assert not verdict.passed
     assert "rank 0 fed 64 rows per step to the model, expected 32 (= 64 // 2) — every rank trains on the whole batch" in verdict.summary
 
 
-def rows_fed(run, rows_of) -> None:
-    """Make every rank's model calls feed the rows `rows_of(rank, step)` of the synthetic
-    batch, one call per `want`-sized piece."""
-    ref = trajectory()
-    for rank in run.ranks:
-        events = []
-        for event in rank.events:
-            if type(event) is Forward and event.role == "model":
-                rows = rows_of(rank.rank, event.step)
-                size = event.inputs[0].shape[0]
-                for start in range(0, len(rows), size):
-                    piece = tuple(ref.batches[event.step][i] for i in rows[start : start + size])
-                    events.append(replace(event, rows=piece))
-            else:
-                events.append(event)
-        set_events(rank, events)
-
-
-def test_batch_shard_checks_which_rows_each_rank_fed_not_only_how_many() -> None:
-    every_shard = ddp_run()
-    rows_fed(every_shard, lambda rank, step: list(range(64)))  # 2 calls of 32 rows: every shard
+def test_batch_shard_rests_on_what_each_rank_all_reduced_and_explains_by_the_records() -> None:
+    every_shard = ddp_run(rows_of=whole_batch, traffic=ddp_traffic(FakeWorkload(2), whole_batch))  # 2 calls of 32 rows: every shard
     verdict = judge("batch_shard", every_shard)
     assert not verdict.passed
     assert "rank 0 fed 64 rows in step 0 (rows 0–63), expected 32 — the whole batch: each rank keeps only its shard" in verdict.summary
-    by_local_rank = ddp_run("2x2", Layout(2, 2))
-    rows_fed(by_local_rank, lambda rank, step: list(range(rank % 2 * 16, rank % 2 * 16 + 16)))
+    by_local_rank = ddp_run("2x2", Layout(2, 2), rows_of=lambda rank, step: list(range(rank % 2 * 16, rank % 2 * 16 + 16)), traffic=ddp_traffic(FakeWorkload(4), lambda rank, step: list(range(rank % 2 * 16, rank % 2 * 16 + 16))))
     assert "rank 2 and rank 0 both fed rows 0–15 of step 0 — the shard follows RANK, not LOCAL_RANK" in judge("batch_shard", by_local_rank).summary
-    other_data = ddp_run()
-    replace_events(other_data.ranks[1], Forward, lambda e: replace(e, rows=tuple(v + 0.25 for v in e.rows)) if e.rows else e)
-    assert "rank 1 fed 32 row(s) in step 0 that are not in the step's global batch (keep the template's get_batch)" in judge("batch_shard", other_data).summary
-    twice = ddp_run()
-    rows_fed(twice, lambda rank, step: [rank * 32] * 32)
-    assert "rank 0 fed 31 row(s) of step 0 more than once" in judge("batch_shard", twice).summary
+    records_lie = ddp_run(traffic=ddp_traffic(FakeWorkload(2), whole_batch))  # records of a shard each; the traffic shows the whole batch
+    verdict = judge("batch_shard", records_lie)
+    assert not verdict.passed and "rank 0 sent the gradient of the whole batch, not of its shard" in verdict.summary
 
 
 def test_batch_shard_accepts_any_split_into_equal_disjoint_shards() -> None:
-    strided = ddp_run("ws4", Layout(1, 4))  # as DistributedSampler(shuffle=False) splits: rank r takes rows r, r + 4, ...
-    rows_fed(strided, lambda rank, step: list(range(rank, 64, 4)))
-    verdict = judge("batch_shard", strided)
-    assert verdict.passed, verdict
-    assert "4 × 16 rows, each row of the grader's batch fed by one rank" in verdict.details[0]
+    for rows_of in (strided(4), lambda rank, step: [(r + 16 * step) % 64 for r in range(rank * 16, rank * 16 + 16)]):
+        run = ddp_run("ws4", Layout(1, 4), rows_of=rows_of, traffic=ddp_traffic(FakeWorkload(4), rows_of))
+        verdict = judge("batch_shard", run)
+        assert verdict.passed, verdict
+    assert "4 × 16 rows: what each rank all-reduced is its own shard's gradient (the rows your ranks' records name)" in verdict.details[0]
+    unrecorded = ddp_run("ws4", Layout(1, 4), rows_of=strided(4), traffic=ddp_traffic(FakeWorkload(4), strided(4)))
+    for rank in unrecorded.ranks:  # no rows in the records: the layouts a correct script may use are tried
+        replace_events(rank, Forward, changed(rows=None))
+    verdict = judge("batch_shard", unrecorded)
+    assert verdict.passed and "(every world_size-th row)" in verdict.details[0]
 
 
 def test_batch_shard_explains_a_rank_that_never_ran_the_model() -> None:
-    run = ddp_run()
+    run = ddp_run(traffic=ddp_traffic(FakeWorkload(2), contiguous(2), steps=0))
     crashed(run.ranks[1], "RuntimeError", "rank 1 gives up", code='raise RuntimeError("rank 1 gives up")')
     verdict = judge("batch_shard", run)
     assert "rank 1 never ran the model (raised RuntimeError: rank 1 gives up at p6_ddp.py:84" in verdict.summary
 
 
 def test_grad_sync_without_all_reduce_asks_whether_the_model_is_wrapped() -> None:
-    run = ddp_run()
+    run = ddp_run(traffic=ddp_traffic(FakeWorkload(2), contiguous(2), steps=0, ddp=False))
     for rank in run.ranks:
         without(rank, AllReduce)
         without(rank, Ddp)
-    replace_events(run.ranks[1], OptGrads, changed(grads=((9.0, 9.0, 9.0), (9.0,))))
     verdict = judge("grad_sync", run)
-    assert "step 0: gradients differ between rank 0 and rank 1 (max |Δ| 9.2 in 0.weight)" in verdict.summary
-    assert "all-reduce calls per step: [0, 0, 0] — no all-reduce at all: is the model wrapped in DistributedDataParallel?" in verdict.summary
+    assert "step 0: your ranks made no all-reduce that could carry its gradients (none at all) — no all-reduce at all: is the model wrapped in DistributedDataParallel?" in verdict.summary
 
 
 def test_grad_sync_with_ddp_but_no_all_reduce_asks_about_no_sync_not_about_wrapping() -> None:
-    run = ddp_run()
-    for rank in run.ranks:
-        without(rank, AllReduce)
-    replace_events(run.ranks[1], OptGrads, changed(grads=((9.0, 9.0, 9.0), (9.0,))))
+    run = ddp_run(traffic=ddp_traffic(FakeWorkload(2), contiguous(2), steps=0))
     verdict = judge("grad_sync", run)
     assert "— DDP made no all-reduce: is every backward pass inside model.no_sync()?" in verdict.summary
     assert "is the model wrapped" not in verdict.summary
 
 
 def test_grad_sync_wants_ddp_not_an_average_of_the_scripts_own_after_backward() -> None:
-    run = ddp_run()
-    for rank in run.ranks:
-        without(rank, Ddp)
+    run = ddp_run(traffic=ddp_traffic(FakeWorkload(2), contiguous(2), ddp=False))  # rank 0's weights never broadcast
     verdict = judge("grad_sync", run)
-    assert "the gradients are right, but rank 0 built no DistributedDataParallel: wrap the model in DDP, as the TODO asks" in verdict.summary
-    one = ddp_run("ws1", Layout(1, 1))
-    without(one.ranks[0], Ddp)
+    assert "the gradients are right, but no DistributedDataParallel of the model was built (rank 0 never broadcast its initial parameters" in verdict.summary
+    one = ddp_run("ws1", Layout(1, 1), traffic=ddp_traffic(FakeWorkload(1), contiguous(1), ddp=False))
     assert judge("grad_sync", one).passed  # one rank: nothing to synchronise, DDP or not
 
 
-def test_grad_sync_compares_every_step_so_gradients_never_zeroed_fail() -> None:
-    """optimizer.zero_grad() outside the loop: step 0 is right, step 1 holds two steps' sum."""
-    run = ddp_run()
-    first = trajectory().grads[0]
-    for rank in run.ranks:
-        replace_events(rank, OptGrads, lambda e: replace(e, grads=tuple(tuple(v + f for v, f in zip(values, first[name])) for name, values in zip(e.names, e.grads))) if e.step == 1 else e)
+def test_grad_sync_follows_every_step_so_gradients_never_zeroed_fail() -> None:
+    """optimizer.zero_grad() outside the loop: step 0 is right, step 1 sends two steps' sum."""
+    run = ddp_run(traffic=ddp_traffic(FakeWorkload(2), contiguous(2), accumulate=True))
     verdict = judge("grad_sync", run)
-    assert verdict.summary.startswith("ws2 (1 node × 2 ranks): step 1: gradients are the same on every rank but not the full-batch gradient")
+    assert verdict.summary.startswith("ws2 (1 node × 2 ranks): step 1: none of your ranks' 2 all-reduce(s) from here on delivered the full-batch gradient")
     assert "step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?" in verdict.summary
 
 
-def test_grad_sync_names_a_summed_loss_by_its_factor() -> None:
-    run = ddp_run()
-    for rank in run.ranks:
-        replace_events(rank, OptGrads, lambda e: replace(e, grads=tuple(tuple(g * 32 for g in t) for t in e.grads)))
-    assert "they are 32× it: is the loss summed over the samples instead of averaged" in judge("grad_sync", run).summary
-
-
-def test_grad_sync_recognises_gradients_averaged_twice() -> None:
-    run = ddp_run()
-    for rank in run.ranks:
-        replace_events(rank, OptGrads, lambda e: replace(e, grads=tuple(tuple(g / 2 for g in t) for t in e.grads)))
+@pytest.mark.parametrize(("scale", "said"), [(32.0, "32× it: is the loss summed over the samples instead of averaged"), (0.5, "1/2 of it: averaged twice")])
+def test_grad_sync_names_a_wrong_scale_the_update_did_not_undo(scale: float, said: str) -> None:
+    """The update followed what was delivered: the next step starts from other parameters."""
+    run = ddp_run(traffic=ddp_traffic(FakeWorkload(2), contiguous(2), scale=scale))
     verdict = judge("grad_sync", run)
-    assert "they are 1/2 of it: averaged twice" in verdict.summary
+    assert not verdict.passed and "step 0: your ranks' all-reduces delivered" in verdict.summary and said in verdict.summary, verdict.summary
+
+
+def test_grad_sync_accepts_a_scale_the_update_undoes() -> None:
+    """A summed loss, the gradients divided by the rows after the all-reduce: the same update."""
+    verdict = judge("grad_sync", ddp_run(traffic=_undone(FakeWorkload(2), 32.0)))
+    assert verdict.passed, verdict.summary
     assert verdict.data["allreduce_per_step"] == {"ws2": [1, 1, 1]}
 
 
-def test_grad_sync_accepts_any_of_the_references_and_checks_the_start() -> None:
-    run = ddp_run()
-    wrong, right = trajectory(), trajectory()
-    wrong.grads[0]["0.bias"][0] = 7.0
-    assert judge("grad_sync", run, references={"ws2": (wrong, right)}).passed
-    replace_events(run.ranks[0], Model, changed(values=((1.0, 1.0, 1.0), (1.0,))))
-    verdict = judge("grad_sync", run)
-    assert "the model starts from other weights than the reference" in verdict.summary
+def _undone(workload: FakeWorkload, scale: float):
+    """The traffic of a script that all-reduces `scale` × the gradient and divides by `scale` before its step."""
+    report = ddp_traffic(workload, contiguous(workload.world))
+    carried = []
+    for entry in report.carried:
+        if entry.kind == "all_reduce":
+            parts = []
+            for part in entry.members:
+                values = torch.frombuffer(bytearray(base64.b64decode(part.data)), dtype=torch.float32) * scale
+                parts.append(replace(part, data=base64.b64encode(values.numpy().tobytes()).decode(), sums=(float(values.sum()),)))
+            entry = replace(entry, members=tuple(parts))
+        carried.append(entry)
+    return replace(report, carried=tuple(carried))
 
 
-def test_params_sync_reports_divergence_and_missing_steps() -> None:
+def test_params_sync_follows_the_update_and_checks_the_last_by_the_records() -> None:
     run = ddp_run()
+    assert judge("params_sync", run).passed
     replace_events(run.ranks[1], Optimizer, lambda e: replace(e, values=((0.0, 0.0, 0.0), (0.0,))) if e.step == 2 else e)
-    assert "after 3 steps the parameters differ between rank 0 and rank 1" in judge("params_sync", run).summary
+    assert "after 3 steps rank 1's parameters (as its records show them) differ from single-process training" in judge("params_sync", run).summary
     short = ddp_run()
     set_events(short.ranks[0], [e for e in short.ranks[0].events if not (isinstance(e, Optimizer) and e.step == 2)])
     assert "rank 0 took 2 of 3 optimizer steps" in judge("params_sync", short).summary
+    lr_doubled = ddp_run(workload=_other_update(FakeWorkload(2), 2.0))
+    verdict = judge("params_sync", lr_doubled)
+    assert "step 1's gradients were computed at other parameters than single-process training's after step 0" in verdict.summary
+    assert judge("grad_sync", lr_doubled).passed  # the gradients of every step were right where the ranks stood
+
+
+def _other_update(workload: FakeWorkload, lr_factor: float) -> FakeWorkload:
+    """The training of a script whose learning rate is `lr_factor` times the template's."""
+    changed_lr = FakeWorkload(workload.world)
+    changed_lr.lr = workload.lr * lr_factor
+    return changed_lr
 
 
 def test_clean_exit_wants_destroy_and_status_zero_and_no_leftovers() -> None:
@@ -252,7 +249,7 @@ def test_clean_exit_wants_destroy_and_status_zero_and_no_leftovers() -> None:
 
 
 def test_identical_failures_in_every_run_collapse_to_one_line() -> None:
-    runs = [ddp_run("ws2", Layout(1, 2)), ddp_run("ws3", Layout(1, 3))]
+    runs = [ddp_run(f"ws{n}", Layout(1, n), traffic=ddp_traffic(FakeWorkload(n), contiguous(n), steps=0, ddp=False)) for n in (2, 3)]
     for run in runs:
         for rank in run.ranks:
             crashed(rank, "NotImplementedError", "TODO 1: initialise the process group", line=54)

@@ -18,7 +18,7 @@ from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout
 from grader.run.records import decode_records, parse_records, read_records
 from helpers import ROOT
-from observations import ddp_rank, header, trajectory
+from observations import ddp_rank, header
 from test_pipeline import practical, submission
 
 BACKWARD = {"kind": "backward", "t": 0.5, "seq": 3, "step": 0, "dur": 0.25}
@@ -32,7 +32,7 @@ def damage(obj: object) -> str:
 
 def test_every_kind_has_one_class_and_its_events_come_back_as_they_were_written() -> None:
     assert all(cls.kind == kind for kind, cls in EVENTS.items())
-    rank = ddp_rank(0, Layout(1, 2), trajectory())
+    rank = ddp_rank(0, Layout(1, 2))
     written = [rank.record.header, *rank.events]
     assert {type(e).kind for e in written} >= {"process", "init_pg", "ddp", "model", "globals", "forward", "backward", "allreduce", "opt_grads", "optimizer", "exit"}
     for event in written:
@@ -53,7 +53,7 @@ def test_every_kind_has_one_class_and_its_events_come_back_as_they_were_written(
         ({**BACKWARD, "dur": float("inf")}, "field 'dur' of a 'backward' event is Infinity, not a finite number"),
         ({**BACKWARD, "score": 100}, "a 'backward' event has a field it should not have ('score')"),
         ({**BACKWARD, "dur": 10**400}, "field 'dur' of a 'backward' event is a whole number too large for a float"),
-        ({"kind": "ddp_forward", "t": 0, "seq": 1, "step": 0, "sync": True, "rows": [1.0, -(10**400)]}, "field 'rows' of a 'ddp_forward' event holds a whole number too large for a float"),
+        ({"kind": "forward", "t": 0, "seq": 1, "step": 0, "dur": 0.1, "module": "Net", "name": None, "label": "Net", "role": "model", "depth": 0, "call": 1, "has_params": True, "replica": False, "inputs": [], "devices": None, "rows": [1.0, -(10**400)]}, "field 'rows' of a 'forward' event holds a whole number too large for a float"),
         ([BACKWARD], "an event is a list, not a JSON object"),
         ({"kind": "note", "t": 0, "seq": 1, "step": 0, "text": "x" * (MAX_TEXT + 1)}, f"field 'text' of a 'note' event is longer than {MAX_TEXT} characters"),
         ({"kind": "init_pg_call", "t": 0, "seq": 1, "step": 0, "backend": "gloo", "kwargs": ["timeout"] * 70_000}, "field 'kwargs' of a 'init_pg_call' event has more than 65536 items"),
@@ -108,7 +108,7 @@ def test_a_cut_last_line_and_the_caps_cut_a_record_short_without_damage(tmp_path
 
 def damaged_run(job: JobSpec) -> JobResult:
     """Every rank ran correctly, but rank 1's file holds a line the recorder never writes."""
-    ranks = [ddp_rank(r, job.layout, trajectory()) for r in range(job.layout.world_size)]
+    ranks = [ddp_rank(r, job.layout) for r in range(job.layout.world_size)]
     good = [to_json(ranks[1].record.header), *(to_json(e) for e in ranks[1].events)]
     ranks[1].record = parse_records([*good[:4], json.dumps({**BACKWARD, "kind": "verdict", "score": 100}), *good[4:]])
     return JobResult(spec=job, ranks=ranks)
@@ -147,9 +147,8 @@ def modules_naming(names: tuple[str, ...]) -> set[str]:
 
 
 def test_one_recorder_wraps_process_groups_and_ddp_communication_hooks() -> None:
-    # virtual GPUs substitute gloo for NCCL in init_process_group; the grader's witness joins the
-    # submission's group and hooks its own DDP, in its own process: neither records anything
-    witness = os.path.join("grader", "probe", "witness.py")
-    assert modules_naming(WRAPPED) == {os.path.join("grader", "probe", "observers.py"), os.path.join("grader", "probe", "vgpu_dist.py"), witness}
-    assert modules_naming(("register_comm_hook", "_register_builtin_comm_hook")) == {os.path.join("grader", "probe", "observers.py"), witness}
+    # virtual GPUs substitute gloo for NCCL in init_process_group (and record nothing); the
+    # grader's transport builds every process group by c10d's own helper, wrapping nothing
+    assert modules_naming(WRAPPED) == {os.path.join("grader", "probe", "observers.py"), os.path.join("grader", "probe", "vgpu_dist.py")}
+    assert modules_naming(("register_comm_hook", "_register_builtin_comm_hook")) == {os.path.join("grader", "probe", "observers.py")}
 

@@ -24,10 +24,9 @@ def test_only_broken_connections_mean_the_ranks_disagreed_on_collectives() -> No
     assert text.startswith("rank 0 lost contact with the other ranks in a collective at p6_ddp.py:90 (loss.backward()) (Connection closed by peer)")
     assert "rank 1 had already finished normally" in text
     assert text.endswith("— every rank must run the same collectives in the same order (e.g. backward() on every rank in every step)")
-    from grader.probe.messages import WitnessReport
-
-    run.witness = WitnessReport(rank=1, ddp_options=None, allreduces=(), step_ends=(), names=(), grads=(), params=(), error="your rank 0 ran backward without DistributedDataParallel")
-    assert failures.explain(run).endswith("(Connection closed by peer); rank 1 had already finished normally, after the grader's witness (rank 1) stopped: your rank 0 ran backward without DistributedDataParallel")
+    hub = "collective 3 of the default process group: rank 1 left (its process ended) before it joined; its last call: all_reduce SUM([2177] float32)"
+    crashed(run.ranks[0], "DistBackendError", hub, line=90, code="loss.backward()")
+    assert failures.explain(run).startswith(f"rank 0 lost contact with the other ranks in a collective at p6_ddp.py:90 (loss.backward()) ({hub}); rank 1 had already finished normally")
 
 
 def test_todo_stops_name_the_todo_and_the_line() -> None:

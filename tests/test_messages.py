@@ -2,7 +2,9 @@
 one definition each, checked where they arrive, a bad one answered with a clear reason."""
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -22,16 +24,15 @@ from grader.probe.messages import (
     RankPid,
     Ready,
     Started,
-    WitnessPart,
-    WitnessPlan,
-    WitnessReport,
+    TrafficPart,
     answer_line,
     parse_answer,
     parse_request,
     request_line,
 )
-from grader.probe.witness import witness_parts
-from grader.run.local import witness_report
+from grader.probe.transport.traffic import Carried, CarrierPlan, GroupRecord, Part, RankEnd, TrafficReport, pack
+from grader.probe.transport.wire import TensorMeta
+from grader.run.local import traffic_report
 from helpers import ROOT
 
 CONFIG = RankConfig(
@@ -92,34 +93,43 @@ def test_the_launcher_answers_a_bad_request_with_an_error_and_keeps_serving() ->
         launcher.stdout.close()
 
 
-# ------------------------------------------------------------------ the grader's witness
-PLAN = WitnessPlan(seed=5, batch_size=64, dim=32, hidden=64, steps=3, lr=0.05, world_size=2, rows=32, micro_batches=1, values=True, model="mlp", peer_records="/job/rank0/observations.jsonl", wait_s=10.0)
-REPORT = WitnessReport(
-    rank=1, ddp_options=DdpOptions(static_graph=False, bucket_cap_mb=1.0), allreduces=((1,), (0, 1)), step_ends=(1.5, 1.75), names=("0.weight",),
-    grads=(((0.5, float("nan")),), ((0.25, -1.0),)), params=((0.1, 0.2),), error=None,
+# ------------------------------------------------------------------ the grader's hub
+REPORT = TrafficReport(
+    world=2,
+    groups=(GroupRecord("0", (0, 1), (0, 1)),),
+    carried=(Carried("0", 0, "all_reduce", "SUM", -1, 0.25, (Part(0, 0.1, (TensorMeta("float32", (2,)),), "AAAAAAAAgD8=", (1.0,)), Part(1, 0.2, (TensorMeta("float32", (2,)),), "", (2.0,))), None),),
+    ends=(RankEnd(0, 0.3, "closed"), RankEnd(1, 0.3, "broken: a frame is not valid JSON")),
+    omitted=0,
+    kept_bytes=8,
 )
 
 
-def test_a_witness_plan_and_its_report_come_back_as_they_were_sent() -> None:
-    request = JobRequest(id="ws2", ranks=(CONFIG, replace(CONFIG, rank=1, witness=PLAN)), hold=False)
+def hub_lines(job: str, report: TrafficReport) -> list[str]:
+    """The hub's report as the launcher says it: `traffic` answers."""
+    chunks = pack(report)
+    return [answer_line(TrafficPart(job=job, part=i, parts=len(chunks), data=chunk)) for i, chunk in enumerate(chunks)]
+
+
+def test_a_carried_job_and_its_hubs_report_come_back_as_they_were_sent() -> None:
+    request = JobRequest(id="ws2", ranks=(CONFIG, replace(CONFIG, rank=0)), hold=False, carrier=CarrierPlan(wait_s=60.0, keep_bytes=1 << 20))
     assert parse_request(request_line(request)) == request
-    parts = [parse_answer(line) for line in witness_parts("ws2", REPORT)]
-    assert all(isinstance(part, WitnessPart) for part in parts)
-    back = witness_report(parts, "exit:0", timed_out=False, stage="ddp")
-    assert isinstance(back, WitnessReport) and back.allreduces == ((1,), (0, 1)) and back.grads[1] == ((0.25, -1.0),)
+    parts = [parse_answer(line) for line in hub_lines("ws2", REPORT)]
+    assert all(isinstance(part, TrafficPart) for part in parts)
+    assert traffic_report(parts, timed_out=False) == REPORT
 
 
 def test_a_large_report_is_cut_into_lines_that_are_each_one_atomic_pipe_write() -> None:
-    big = replace(REPORT, grads=(tuple(tuple(float(i) / 7 for i in range(20000)) for _ in range(3)),))
-    lines = witness_parts("ws2", big)
+    data = base64.b64encode(os.urandom(1024000)).decode()  # floats hardly compress: nor do these
+    member = replace(REPORT.carried[0].members[0], inputs=(TensorMeta("float32", (256000,)),), data=data)
+    big = replace(REPORT, carried=(replace(REPORT.carried[0], members=(member,)),))
+    lines = hub_lines("ws2", big)
     assert len(lines) > 10 and max(len(line.encode()) for line in lines) < 4096  # PIPE_BUF: writes this short never interleave
-    assert witness_report([parse_answer(line) for line in lines], "exit:0", timed_out=False) == big
+    assert traffic_report([parse_answer(line) for line in lines], timed_out=False) == big
 
 
-def test_a_missing_or_damaged_report_says_how_far_the_witness_got() -> None:
-    parts = [parse_answer(line) for line in witness_parts("ws2", REPORT)]
-    assert witness_report([], "signal:9", timed_out=False, stage="joined") == "it was stopped (signal:9) while it waited for your rank 0 to build its DistributedDataParallel, after they had ended"
-    assert witness_report([], None, timed_out=True, stage="") == "it was still waiting for your ranks to start the process group (init_process_group) when the run timed out"
-    assert witness_report([replace(parts[0], parts=2)], "exit:0", timed_out=False) == "it sent 1 of 2 parts of its report"
-    damaged = replace(parts[0], data="!!!!")
-    assert witness_report([damaged], "exit:0", timed_out=False).startswith("its report could not be read")
+def test_a_missing_or_damaged_report_says_why() -> None:
+    parts = [parse_answer(line) for line in hub_lines("ws2", REPORT)]
+    assert traffic_report([], timed_out=False) == "the grader's hub sent no report (was it killed?)"
+    assert traffic_report([], timed_out=True) == "the job was stopped before the grader's hub could report"
+    assert traffic_report([replace(parts[0], parts=2)], timed_out=False) == "the grader's hub sent 1 of 2 parts of its report"
+    assert traffic_report([replace(parts[0], data="!!!!")], timed_out=False).startswith("the grader's hub's report could not be read")

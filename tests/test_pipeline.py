@@ -14,7 +14,8 @@ from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout
 from grader.spec.model import RunDef
 from grader.spec import load_assignment
-from observations import ddp_rank, trajectory
+from observations import FakeWorkload, contiguous, ddp_rank, ddp_traffic
+from grader.practicals.reference import DataParallelReference
 
 SPEC = """
 id: p6
@@ -24,8 +25,8 @@ seed_argument: seed
 args: {batch_size: 64, steps: 3}
 variables: [rank, local_rank, world_size]
 runs:
-  - {name: ws2, ranks_per_node: 2}
-  - {name: 2x2, nodes: 2, ranks_per_node: 2}
+  - {name: ws2, ranks_per_node: 2, carried: true}
+  - {name: 2x2, nodes: 2, ranks_per_node: 2, carried: true}
 checks:
   - {id: rank_setup, title: Ranks, points: 2}
   - {id: grad_sync, title: Sync, points: 5, runs: [2x2], visibility: hidden}
@@ -43,12 +44,13 @@ def practical(tmp_path: Path, references=None) -> Practical:
     checks = {**CHECKS, "broken": CheckDef("broken", explode, "always fails")}
     module = ModuleType("fake_practical")
     module.CHECKS = checks
-    module.references = references or (lambda args, runs: {run.name: (trajectory(),) for run in runs})
+    module.references = references or (lambda args, runs: {run.name: DataParallelReference(FakeWorkload(run.layout.world_size)) for run in runs})
     return Practical(assignment=load_assignment(path, checks), module=module)
 
 
 def healthy(job: JobSpec) -> JobResult:
-    return JobResult(spec=job, ranks=[ddp_rank(r, job.layout, trajectory()) for r in range(job.layout.world_size)])
+    world = job.layout.world_size
+    return JobResult(spec=job, ranks=[ddp_rank(r, job.layout) for r in range(world)], traffic=ddp_traffic(FakeWorkload(world), contiguous(world)) if job.carrier is not None else None)
 
 
 def submission(tmp_path: Path) -> Path:
@@ -91,9 +93,10 @@ def test_public_only_and_world_size_override_change_the_plan(tmp_path: Path) -> 
     assert "--seed=11" in runner.jobs[0].argv
 
 
-def test_on_gpu_nodes_witnessed_runs_and_runs_with_too_few_gpus_go_on_virtual_gpus() -> None:
-    """A gloo witness cannot join ranks on NCCL, and a rank without a GPU of its own fails."""
-    witnessed = RunDef(name="ws2", layout=Layout(1, 2), witness=True)
+def test_on_gpu_nodes_carried_runs_and_runs_with_too_few_gpus_go_on_virtual_gpus() -> None:
+    """The grader's hub carries host memory (NCCL's traffic between GPUs no process of the
+    grader's can read), and a rank without a GPU of its own fails."""
+    witnessed = RunDef(name="ws2", layout=Layout(1, 2), carried=True)
     four = RunDef(name="ws4", layout=Layout(1, 4))
     single = RunDef(name="ws1", layout=Layout(1, 1))
     virtual = RunDef(name="2x2", layout=Layout(2, 2), virtual_gpus=3)

@@ -73,7 +73,7 @@ def test_a_good_spec_loads_with_defaults_filled_in(tmp_path: Path) -> None:
         (("script: p6_ddp.py\n", "script: p6_ddp.py\ntiming: {repeats: 0}\n"), "timing.repeats", "a whole number from 1 to 20 (launches of each timed run)", "0"),
         (("script: p6_ddp.py\n", "script: p6_ddp.py\ntiming: {warmup: 2}\n"), "timing.warmup", "one of the keys repeats, warmup_steps", "<an unknown key>"),
         (("{name: ws1, ranks_per_node: 1}", "{name: ws1, solution: ../p5}"), "runs[0].solution", "a practical's id (its reference solution runs instead of the submission)", "'../p5'"),
-        (("{name: ws1, ranks_per_node: 1}", "{name: ws1, witness: true}"), "runs[0].witness", "true or false (the last rank is the grader's witness; it needs 2 ranks or more)", "True"),
+        (("{name: ws1, ranks_per_node: 1}", "{name: ws1, carried: yes please}"), "runs[0].carried", "true or false (the grader's hub carries the ranks' process groups)", "'yes please'"),
     ],
 )
 def test_a_bad_spec_says_where_what_was_expected_and_what_was_found(tmp_path: Path, change, key, expected, found) -> None:

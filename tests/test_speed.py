@@ -14,8 +14,10 @@ from grader.checks.base import CheckContext
 from grader.checks.dataparallel import gpu0_memory
 from grader.course import Practical
 from grader.grade.pipeline import GradeOptions, grade
-from grader.probe.events import Optimizer
-from grader.probe.messages import DdpOptions, WitnessReport
+from grader.practicals.reference import DataParallelReference
+from grader.probe.events import DdpArgs, Optimizer
+from grader.probe.messages import DdpOptions
+from grader.probe.transport.traffic import CarrierPlan
 from grader.results.gradescope import to_gradescope
 from grader.results.model import Status
 from grader.results.render import overview_text
@@ -23,7 +25,7 @@ from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout, RankResult
 from grader.run.telemetry import FakeGpus, Sampler, describe, open_nvml, summarise
 from grader.spec import load_assignment
-from observations import crashed, record_of
+from observations import FakeWorkload, contiguous, crashed, ddp_run, ddp_traffic, record_of, set_events
 
 
 def launch(name: str, *per_rank_steps: list[float], virtual_gpus: int = 0, telemetry: dict | None = None) -> JobResult:
@@ -324,56 +326,73 @@ def test_a_slow_submission_stays_slow_in_the_extra_rounds_and_a_fast_one_gets_no
     assert len(crashing.jobs) == 1 + 2 * 4  # an untimed side is no matter of doubt: no extra rounds
 
 
-def witnessed(result: JobResult, options: DdpOptions, error: str | None = None) -> JobResult:
-    """`result` with a witness report that took on `options` (and stopped with `error`)."""
-    return replace(result, witness=WitnessReport(rank=1, ddp_options=options, allreduces=(), step_ends=(), names=(), grads=(), params=(), error=error))
+CARRIED = SPEC.replace("ranks_per_node: 2}", "ranks_per_node: 2, carried: true}").replace("ranks_per_node: 2, args: {steps: 80}}", "ranks_per_node: 2, carried: true, args: {steps: 8}}")
 
 
-def test_the_reference_is_timed_with_the_ddp_options_a_clean_witness_took_on(timed_practical) -> None:
+@pytest.fixture
+def carried_practical(tmp_path: Path) -> tuple[Practical, Path, Path]:
+    """timed_practical with every run carried by the grader's hub: its references the fake
+    workload of tests/observations.py, whose traffic the fake runner answers with."""
+    from grader.checks.distributed import CHECKS as DISTRIBUTED
+
+    module = ModuleType("p6_carried")
+    module.CHECKS = MappingProxyType({"clean_exit": DISTRIBUTED["clean_exit"], "efficiency": speed.CHECKS["efficiency"]})
+    module.references = lambda args, runs: {run.name: DataParallelReference(FakeWorkload(run.layout.world_size, steps=int({**args, **run.args}["steps"]))) for run in runs}
+    (tmp_path / "assignment.yaml").write_text(CARRIED)
+    submission, solutions = tmp_path / "work", tmp_path / "solutions"
+    for folder in (submission, solutions / "p6"):
+        folder.mkdir(parents=True)
+        (folder / "p6_ddp.py").write_text("pass\n")
+    return Practical(load_assignment(tmp_path / "assignment.yaml", module.CHECKS), module), submission, solutions
+
+
+def carried(job: JobSpec, claimed: DdpOptions | None = None, **traffic) -> JobResult:
+    """A carried launch of a correct script: its records (rank 0 claiming DDP options `claimed`)
+    and the traffic the hub carried (ddp_traffic's options: `used_map`, `buckets`)."""
+    steps = int(next(arg for arg in job.argv if arg.startswith("--steps=")).split("=")[1])
+    run = ddp_run(job.name, job.layout, steps=steps, traffic=ddp_traffic(FakeWorkload(2, steps=steps), contiguous(2), **traffic))
+    if claimed is not None:
+        options = DdpArgs(t=0.0, seq=0, step=0, find_unused_parameters=claimed.find_unused_parameters, static_graph=claimed.static_graph, gradient_as_bucket_view=claimed.gradient_as_bucket_view, bucket_cap_mb=claimed.bucket_cap_mb)
+        set_events(run.ranks[0], [options, *run.ranks[0].events])
+    return replace(run, spec=job)
+
+
+def test_the_reference_is_timed_with_the_ddp_options_the_traffic_confirms(carried_practical) -> None:
     """find_unused_parameters and small buckets cost time in every DDP: the reference's timed
-    launches take them on too (the submission's own launches are left as they are); options
-    that only save time are not (static_graph with no_sync trips an assert of torch's
-    reducer); options from a witness that stopped with an error are not taken."""
-    practical, submission, solutions = timed_practical
+    launches take them on too (the submission's own launches are left as they are), where the
+    traffic of a checked run shows them (an all-reduce of the map of used parameters in every
+    step; more than one bucket); options that only save time are not (static_graph with
+    no_sync trips an assert of torch's reducer); a claim the traffic does not show is not."""
+    practical, submission, solutions = carried_practical
     chosen = DdpOptions(find_unused_parameters=True, bucket_cap_mb=1.0)
     seen = replace(chosen, static_graph=True, gradient_as_bucket_view=True)
-    runner = FakeRunner(lambda job: witnessed(answer(job, 0.01), seen) if job.name == "ws2" else answer(job, 0.01))
+    shown = {"used_map": True, "buckets": 2}
+    runner = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else seen, **shown))
     report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
-    assert [(job.name, job.ddp_options) for job in runner.jobs] == [("ws2", None), *((name + repeat, chosen if "@reference" in name else None) for repeat in ("", "#2") for name in ROUND)]
+    assert [(job.name, job.ddp_options) for job in runner.jobs] == [("ws2", None), *((name + repeat, chosen if "@reference" in name else None) for repeat in ("", "#2") for name in ("timed@reference", "timed"))]
     efficiency = next(c for c in report.checks if c.id == "efficiency")
-    assert efficiency.status is Status.PASSED and efficiency.summary.endswith("built with your DDP options (find_unused_parameters=True, bucket_cap_mb=1)")
-    stopped = FakeRunner(lambda job: witnessed(answer(job, 0.01), chosen, "it timed out") if job.name == "ws2" else answer(job, 0.01))
-    report = grade(practical, submission, stopped, GradeOptions(solutions=solutions, seed=5))
-    assert all(job.ddp_options is None for job in stopped.jobs)
+    assert efficiency.status is Status.PASSED and efficiency.summary.endswith("built with your DDP options (find_unused_parameters=True, bucket_cap_mb=1)"), efficiency.summary
+    claimed_only = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else seen))
+    report = grade(practical, submission, claimed_only, GradeOptions(solutions=solutions, seed=5))
+    assert all(job.ddp_options is None for job in claimed_only.jobs)
     assert "DDP options" not in next(c for c in report.checks if c.id == "efficiency").summary
+    faster_when_timed = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else seen, **(shown if job.name == "ws2" or "@reference" in job.name else {})))
+    report = grade(practical, submission, faster_when_timed, GradeOptions(solutions=solutions, seed=5))
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.FAILED and "your timed launch built its DDP with DDP's defaults, your checked runs with find_unused_parameters=True, bucket_cap_mb=1" in efficiency.summary
 
 
-def test_a_timed_launch_whose_witness_saw_other_training_cannot_be_timed() -> None:
-    """The witness's digest (per parameter: the sum and sum of squares of what training changed)
-    against the grader's own training on the launch's inputs, within 1 %; one matching digest of
-    several acceptable ones is enough."""
-    expected = (((0.5, 4.0), (-0.1, 0.25)), ((0.4, 3.0), (0.0, 0.2)))
-
-    def report(digest: tuple, options: DdpOptions | None = None) -> JobResult:
-        run = launch("timed", [0.01] * 8)
-        return replace(run, witness=WitnessReport(rank=1, ddp_options=options, allreduces=(), step_ends=(0.0, 0.01, 0.02, 0.03), names=("0.weight", "0.bias"), grads=(), params=(), error=None, digest=digest))
-
-    close = report(((0.5004, 4.03), (-0.1, 0.2501)))
-    assert timing.checked_work(close, expected) is close and timing.checked_work(report(((0.4, 3.0), (0.0, 0.2))), expected).witness.error is None
-    halved = timing.checked_work(report(((0.25, 1.0), (-0.05, 0.0625))), expected)
-    assert halved.witness.error == (
-        "what your ranks' all-reduces delivered in this launch is not the average of their shards' gradients: "
-        "the witness's `0.weight` changed by 1 (sum of squares) over the launch's steps, by 4 in the grader's own training on these inputs"
-    )
-    assert "the witness's `0.weight` changed by nothing" in timing.checked_work(report(()), expected).witness.error
-    assert "the witness's `0.bias` changed by nothing (sum of squares) over the launch's steps, by 0.25 in" in timing.checked_work(report(expected[0][:1]), expected).witness.error
-    assert timing.checked_work(report(()), ()).witness.error is None  # nothing expected: a practical without digests
-    # the reference took on find_unused_parameters from the checked runs; a timed launch without it is not timed
-    adopted = DdpOptions(find_unused_parameters=True)
-    assert timing.checked_work(report(expected[0], DdpOptions(find_unused_parameters=True, static_graph=True)), expected, adopted).witness.error is None
-    assert timing.checked_work(report(expected[0], DdpOptions()), expected, adopted).witness.error == (
-        "your timed launch built its DDP with DDP's defaults, your checked runs with find_unused_parameters=True: the reference is timed with the options of your checked runs"
-    )
+def test_a_carried_launch_is_timed_by_the_hubs_clock_and_only_when_it_does_the_work() -> None:
+    """A step ends when the hub delivered its last gradient all-reduce; a launch whose traffic
+    shows other training than the grader's own on its inputs cannot be timed."""
+    reference = DataParallelReference(FakeWorkload(2, steps=8))
+    job = JobSpec(name="timed", submission=Path("/nowhere"), script="s.py", argv=("--steps=8",), layout=Layout(1, 2), timeout_s=60, carrier=CarrierPlan(60.0, 1 << 20))
+    timed = timing.carried_work(carried(job), reference)
+    assert timed.step_ends == pytest.approx([0.11 + 0.1 * step for step in range(8)])
+    assert timing.step_seconds(timed, warmup=2) == pytest.approx([0.1] * 6)
+    lazy = timing.carried_work(replace(carried(job), traffic=ddp_traffic(FakeWorkload(2, steps=8), lambda rank, step: [rank])), reference)  # a row each, not a shard
+    assert lazy.step_ends.startswith("what your ranks' all-reduces carried in this launch is not the grader's own training on its inputs: step 0:")
+    assert timing.measure([lazy]).problem.startswith("the grader's hub could not time it: what your ranks' all-reduces carried")
 
 
 def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is_timed(timed_practical) -> None:

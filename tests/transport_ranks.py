@@ -171,8 +171,23 @@ def writes_garbage(rank: int, world: int) -> dict:
     return {"error": None}
 
 
+def big_all_reduces(rank: int, world: int) -> dict:
+    """The p6 timed run's gradient bucket (526,337 floats), all-reduced 30 times: the median time of one."""
+    import time
+
+    dist.init_process_group("gloo")
+    t = torch.ones(526337)
+    times = []
+    for _ in range(30):
+        start = time.perf_counter()
+        dist.all_reduce(t)
+        times.append(time.perf_counter() - start)
+    dist.destroy_process_group()
+    return {"median_ms": sorted(times)[15] * 1000}
+
+
 SCENARIOS: dict[str, Callable[[int, int], dict]] = {
-    f.__name__: f for f in (every_collective, ddp_training, disagree, leaves_early, stays_away, writes_garbage)
+    f.__name__: f for f in (every_collective, ddp_training, disagree, leaves_early, stays_away, writes_garbage, big_all_reduces)
 }
 
 

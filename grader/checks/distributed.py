@@ -2,51 +2,53 @@
 what share of the batch it takes, and whether gradients and parameters stay in step.
 
 Expected values come from what the grader chose (the layout of the launch, the arguments,
-the seed) and from the reference the grader computed itself. Observed values come from the
-probe's recordings inside each rank — which the submission can write — and, in a run with the
-grader's witness as its last rank (grader/probe/witness.py), from what the witness saw, which
-it cannot: there, gradients and parameters pass only when the witness received the full-batch
-gradient, and records that claim what the witness did not see fail the check, saying so.
+the seed) and from its own computation of the training (grader/practicals/reference.py).
+Every rank runs the submission; the grader's hub carries their process groups
+(grader/probe/transport) and reports what each rank sent, which the submission cannot write.
+Verdicts about communication rest on that traffic, as grader/traffic/training.py reads it:
+which all-reduces delivered each step's full-batch gradient, and whether each rank sent its
+own shard's. The probe's records inside each rank (which the submission can write) name the
+rows, the lines and the variables that explain a verdict, and choose what the grader tries;
+where a check rests on them alone, its docstring says so.
 """
 from __future__ import annotations
 
 import bisect
 from collections import Counter
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.checks.numeric import Named, compare, named
 from grader.checks.runs import missing, per_run
-from grader.checks.numeric import Difference, Named, compare, named, scale
 from grader.probe.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, OptGrads, Optimizer
-from grader.probe.messages import WitnessReport
-from grader.probe.witness import shard_rows
+from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
-
-
-@dataclass(frozen=True)
-class Trajectory:
-    """Single-process full-batch training as the grader computed it, step by step.
-
-    A practical may give several acceptable trajectories for one run (e.g. with and without
-    the samples an uneven split leaves over); the first is the one feedback refers to."""
-
-    initial: Mapping[str, Sequence[float]]
-    grads: Sequence[Mapping[str, Sequence[float]]]  # before optimizer step i
-    params: Sequence[Mapping[str, Sequence[float]]]  # after optimizer step i
-    samples: int  # how many samples of the global batch a full step uses
-    batches: Sequence[Sequence[float]] = ()  # each step's global batch, a sum per row (what the recorder's `rows` holds)
+from grader.traffic.training import Claims, TrainingSeen
 
 
 def _yours(run: JobResult, plural: str, singular: str) -> str:
-    """'all 4 ranks <plural>', or with the grader's witness among them 'your 3 ranks <plural>'
-    ('your rank <singular>'; 'the rank <singular>' alone)."""
+    """'all 4 ranks <plural>' ('the rank <singular>' alone)."""
     count = len(run.ranks)
-    if count == 1:
-        return f"{'your' if run.spec.witness is not None else 'the'} rank {singular}"
-    return f"{'your' if run.spec.witness is not None else 'all'} {count} ranks {plural}"
+    return f"the rank {singular}" if count == 1 else f"all {count} ranks {plural}"
+
+
+def group_unseen(run: JobResult) -> str | None:
+    """Why the grader's hub did not see every rank of a carried run join one default process
+    group of the launch's size (None: it did, or the run was not carried)."""
+    if run.traffic is None:
+        return None
+    if not isinstance(run.traffic, TrafficReport):
+        return f"the grader's hub, which carries your ranks' process groups, sent no report: {run.traffic}"
+    world = run.layout.world_size
+    default = next((group for group in run.traffic.groups if group.name == "0"), None)
+    if default is None:
+        return f"your ranks' records say they started a process group of {world}; the grader's hub saw none start"
+    absent = sorted(set(range(world)) - set(default.joined))
+    if absent:
+        return f"rank {absent[0]} never joined the process group (the grader's hub saw ranks {', '.join(map(str, sorted(default.joined)))} join)"
+    return None
 
 
 def setup_values(rank: RankResult) -> dict:
@@ -68,9 +70,9 @@ def rank_setup(ctx: CheckContext) -> Verdict:
     def judge(run: JobResult) -> tuple[bool, str]:
         if not any(r.first(InitPg) for r in run.ranks):
             return missing(run, "a process group")
-        if run.spec.witness is not None and not run.witness_stage and not failures.explain(run):
-            world = run.layout.world_size
-            return False, f"your ranks' records say they started a process group of {world}; the grader's witness (rank {world - 1}) found none to join"
+        unseen = group_unseen(run)
+        if unseen:
+            return False, failures.explain(run) or unseen
         stopped = failures.explain(run)
         if stopped and any(not r.of_kind(Globals) for r in run.ranks):
             return False, stopped  # a rank that stopped before its variables could be read
@@ -205,18 +207,10 @@ def row_ranges(indices: Sequence[int], most: int = 4) -> str:
 
 
 def shard_problems(run: JobResult, batches: Sequence[Sequence[float]], want: int) -> list[str]:
-    """What is wrong with the rows the ranks fed, step by step: rows not of the grader's batch,
-    a row fed twice, a row two ranks fed, more or fewer rows than a shard. Any split into equal
-    disjoint shards is right; in a run with the grader's witness, its rank keeps the rows the
-    split rank 0's first pass showed gives it, which the others must leave to it."""
-    world = run.layout.world_size
+    """What is wrong with the rows the ranks' records say they fed, step by step: rows not of
+    the grader's batch, a row fed twice, a row two ranks fed, more or fewer rows than a shard.
+    Any split into equal disjoint shards is right."""
     owners: dict[int, dict[int, str]] = {}
-    if run.spec.witness is not None:
-        witness = run.witness if isinstance(run.witness, WitnessReport) else None
-        owners = {
-            step: dict.fromkeys(shard_rows(witness.layout_at(step) if witness else "contiguous", len(batch), world, world - 1), f"the grader's witness (rank {world - 1})")
-            for step, batch in enumerate(batches)
-        }
     problems = []
     for rank in run.ranks:
         for step, sums in sorted(fed_rows(rank).items()):
@@ -245,13 +239,31 @@ def shard_problems(run: JobResult, batches: Sequence[Sequence[float]], want: int
     return problems
 
 
+LAYOUTS = {
+    "records": "the rows your ranks' records name",
+    "contiguous": "contiguous shards",
+    "strided": "every world_size-th row",
+}
+
+
+def _split_name(layout: str) -> str:
+    return LAYOUTS.get(layout, "DistributedSampler's shuffle")
+
+
 def batch_shard(ctx: CheckContext) -> Verdict:
-    """Every rank feeds batch_size // world_size samples of the grader's global batch per step
-    to the model, and no sample is fed by two ranks."""
+    """Every rank trains on batch_size // world_size samples of the grader's global batch per
+    step, and no sample on two ranks: as what each rank all-reduced shows (its gradient is its
+    own shard's). A run whose ranks all-reduced no gradient shows nothing of its shards; there
+    the rows the ranks' records say they fed decide."""
     def judge(run: JobResult) -> tuple[bool, str]:
         batch = int(ctx.args_of(run)[ctx.options["batch_argument"]])
         world = run.layout.world_size
         want = batch // world
+        left = batch - want * world
+        dropped = f"; {left} left over and dropped" if left else ""
+        seen = training_of(ctx, run)
+        if isinstance(seen, TrainingSeen) and seen.steps and not seen.shards_wrong:
+            return True, f"{world} × {want} rows{dropped}: what each rank all-reduced is its own shard's gradient ({_split_name(seen.steps[0].layout)})"
         if not any(model_forwards(r) for r in run.ranks):
             return missing(run, "a forward pass of the model")
         problems = []
@@ -264,15 +276,14 @@ def batch_shard(ctx: CheckContext) -> Verdict:
             if wrong:
                 hint = " — every rank trains on the whole batch" if wrong == [batch] and world > 1 else ""
                 problems.append(f"rank {rank.rank} fed {', '.join(map(str, wrong))} rows per step to the model, expected {want} (= {batch} // {world}){hint}")
-        refs: Sequence[Trajectory] = ctx.references.get(run.spec.name, ())
-        batches = refs[0].batches if refs else ()
+        reference = ctx.references.get(run.spec.name)
+        batches = [reference.workload.row_sums(step) for step in range(reference.workload.steps)] if reference is not None else []
         problems = problems or shard_problems(run, batches, want)
+        if isinstance(seen, TrainingSeen) and seen.shards_wrong:
+            return False, "; ".join(problems[:2]) if problems else seen.problem or ""
         if problems:
             return False, "; ".join(problems[:3])
-        left = batch - want * world
-        dropped = f"; {left} left over and dropped" if left else ""
-        disjoint = ", each row of the grader's batch fed by one rank" if batches and any(fed_rows(r) for r in run.ranks) else ""
-        return True, f"{world} × {want} rows{dropped}{disjoint}"
+        return True, f"{world} × {want} rows{dropped}, each row of the grader's batch fed by one rank (as your ranks' records say: they all-reduced no gradient that would show it)"
 
     return per_run(ctx, judge, "each rank takes an equal share of the global batch")
 
@@ -289,201 +300,157 @@ def parameter_steps(rank: RankResult) -> list[Named]:
 
 
 def gradient_allreduces(rank: RankResult) -> list[AllReduce]:
-    """The all-reduces of DDP's gradient buckets (not the script's own calls: a loss
-    all-reduced for the log synchronises no gradient)."""
+    """The all-reduces of DDP's gradient buckets as a rank's records show them (not the
+    script's own calls: a loss all-reduced for the log synchronises no gradient)."""
     return [e for e in rank.of_kind(AllReduce) if e.source == "ddp"]
 
 
 def allreduce_pattern(rank: RankResult, steps: int) -> list[int]:
-    """DDP's gradient all-reduces in each of the first `steps` steps."""
+    """DDP's gradient all-reduces in each of the first `steps` steps, as a rank's records show them."""
     counts = Counter(e.step for e in gradient_allreduces(rank))
     return [counts.get(step, 0) for step in range(steps)]
 
 
-def closest(observed: Named, refs: Sequence[Trajectory], pick: Callable[[Trajectory], Named], rtol: float, atol: float) -> Difference:
-    """The comparison with the first reference `observed` matches, else with the first one."""
-    first = None
-    for ref in refs:
-        diff = compare(observed, pick(ref), rtol, atol)
-        if diff.ok:
-            return diff
-        first = first or diff
-    assert first is not None
-    return first
+def claims_of(run: JobResult, workload: Any) -> Claims:
+    """What the ranks' records say that the traffic can confirm: the rows each rank fed in each
+    step, and rank 0's parameters before each step after the first."""
+    import torch
 
-
-def _start_matches(run: JobResult, ref: Trajectory, rtol: float, atol: float) -> str | None:
-    """Why the model's initial parameters differ from the reference's, if they do."""
+    rows: dict[int, dict[int, tuple[int, ...]]] = {}
+    sums = {step: workload.row_sums(step) for step in range(workload.steps)}
     for rank in run.ranks:
-        model = rank.first(Model)
-        if model and model.values is not None:
-            diff = compare(named(model.names, model.values), ref.initial, rtol, atol)
-            if not diff.ok:
-                return f"the model starts from other weights than the reference ({diff.describe()}): keep the template's model, seed and data"
-            return None
-    return None
+        for step, fed in fed_rows(rank).items():
+            found = row_indices(fed, sums[step]) if step in sums else []
+            if found and None not in found:
+                rows.setdefault(rank.rank, {})[step] = tuple(int(i) for i in found if i is not None)
+    params = {}
+    for event in run.ranks[0].of_kind(Optimizer) if run.ranks else ():
+        if event.values is not None and len(event.values) == len(event.names) and set(event.names) == set(workload.names):
+            params[event.step + 1] = {name: torch.tensor(values, dtype=torch.float64) for name, values in zip(event.names, event.values)}
+    return Claims(rows=rows, params=params)
 
 
-def witness_of(run: JobResult) -> WitnessReport | str | None:
-    """What the run's witness saw: its report, or a sentence on why it saw nothing usable;
-    None when the run had no witness."""
-    if run.spec.witness is None:
+def training_of(ctx: CheckContext, run: JobResult) -> TrainingSeen | str | None:
+    """What the traffic of `run` shows of its training (grader/traffic/training.py), or why it
+    shows nothing (None: the run was not carried, or has no reference)."""
+    reference = ctx.references.get(run.spec.name)
+    if reference is None or run.traffic is None:
         return None
-    rank = run.layout.world_size - 1
-    seen = run.witness
-    if seen is None or isinstance(seen, str):
-        return f"the grader's witness (rank {rank}) saw nothing: {seen or 'it sent no report'}"
-    if seen.error:
-        return f"the grader's witness (rank {rank}) stopped: {seen.error}"
+    seen = reference.seen(run, lambda: claims_of(run, reference.workload), ctx.options.get("rtol", 1e-4), ctx.options.get("atol", 1e-7))
+    if isinstance(seen, str):
+        return f"the grader's hub, which carries your ranks' process groups, sent no report: {seen}"
     return seen
 
 
-def witness_failure(run: JobResult, seen: str) -> str:
-    """The line for a run whose witness saw nothing usable (`seen`, from witness_of): when it was
-    stopped before it could say why, the ranks' ends (a crash, a TODO) explain more."""
-    stopped = run.witness is None or isinstance(run.witness, str)
-    return (failures.explain(run) if stopped else None) or seen
-
-
-def _claimed(rank: RankResult, steps: int) -> str:
-    """What a rank's own records say of its all-reduces, for a verdict that disagrees with them."""
-    pattern = allreduce_pattern(rank, steps) if steps else []
-    return f"your rank {rank.rank}'s records say all-reduce calls per step: {pattern}" if any(pattern) else f"your rank {rank.rank}'s records show no all-reduce"
-
-
-def witnessed_grads(run: JobResult, refs: Sequence[Trajectory], batch: int, rtol: float, atol: float) -> tuple[bool, str] | None:
-    """The witness's verdict on the gradients of a run (None: the run has no witness): the
-    all-reduces of every backward pass delivered the full-batch gradient to it, and the
-    submission's records agree with it on how many there were."""
-    seen = witness_of(run)
-    if seen is None:
-        return None
-    claimed = gradient_steps(run.ranks[0])
-    steps = len(claimed)
-    if isinstance(seen, str):
-        return False, witness_failure(run, f"{seen} ({_claimed(run.ranks[0], steps)})")
-    rank = run.layout.world_size - 1
-    for step, grads in enumerate(seen.grads):
-        diff = closest(named(seen.names, grads), refs, lambda r: r.grads[step], rtol, atol)
-        if not diff.ok:
-            record = closest(claimed[step], refs, lambda r: r.grads[step], rtol, atol) if step < steps else None
-            claim = "; your processes' records say the full-batch gradient, the grader saw otherwise" if record is not None and record.ok else ""
-            rows = {f.inputs[0].shape[0] for r in run.ranks for f in model_forwards(r) if f.inputs[0].shape}
-            whole = f" — your ranks each fed the whole batch to the model ({rows.pop()} rows), so what they sent is not their shard's gradient" if len(rows) == 1 and next(iter(rows)) == batch else ""
-            return False, f"step {step}: the all-reduces of backward delivered to the grader's witness (rank {rank}) are not the full-batch gradient ({diff.describe()}){claim}{whole}"
-    per_step = [sum(passes) for passes in seen.allreduces]
-    if not seen.grads or not all(per_step):
-        return False, f"the grader's witness (rank {rank}) took part in no all-reduce in some step (per step: {per_step})"
-    recorded = allreduce_pattern(run.ranks[0], len(per_step))
-    if recorded != per_step:
-        return False, f"your processes' records say all-reduce calls per step: {recorded}; the grader's witness (rank {rank}) took part in {per_step}"
-    return True, ""
-
-
-def gradient_hint(ctx: CheckContext, run: JobResult, grads: Named, ref: Trajectory) -> str:
-    """' — they are 1/2 of it: …' when a rank's first-step gradient is a known wrong multiple
-    of the full-batch gradient (averaged twice, summed, micro-batch losses not divided), else ''."""
-    factor = scale(grads, ref.grads[0])
-    world = run.layout.world_size
-    pieces = int(ctx.args_of(run).get(ctx.options["micro_batches_argument"], 0) or 0) if ctx.options["micro_batches_argument"] else 0
-    if factor is None:
-        return ""
-    if world > 1 and abs(factor - 1 / world) < 0.05 / world:
-        return f" — they are 1/{world} of it: averaged twice (DDP already averages; do not divide the loss or the gradients by the world size)"
-    if world > 1 and abs(factor - world) < 0.05 * world:
-        return f" — they are {world}× it: summed instead of averaged"
-    if pieces > 1 and abs(factor - pieces) < 0.1 * pieces:
-        return f" — they are about {pieces}× it: each micro-batch's loss must be divided so that the {pieces} micro-batches add up to one mean"
-    if pieces > 1 and abs(factor - 1) < 0.1:
-        return " — close but not equal: with micro-batches of unequal size a mean per micro-batch divided by their number is not the mean over the samples; sum the loss and divide by the rank's sample count"
-    if factor >= 1.9 and abs(factor - round(factor)) < 0.05 * factor:
-        return f" — they are {round(factor)}× it: is the loss summed over the samples instead of averaged (reduction='sum' without dividing)?"
+def scale_hint(scale: float, world: int, pieces: int) -> str:
+    """' — 1/2 of it: averaged twice …' for a known wrong multiple of the full-batch gradient."""
+    if world > 1 and abs(scale - 1 / world) < 0.05 / world:
+        return f" — 1/{world} of it: averaged twice (DDP already averages; do not divide the loss or the gradients by the world size)"
+    if world > 1 and abs(scale - world) < 0.05 * world:
+        return f" — {world}× it: summed instead of averaged"
+    if pieces > 1 and abs(scale - pieces) < 0.1 * pieces:
+        return f" — {pieces}× it: each micro-batch's loss must be divided so that the {pieces} micro-batches add up to one mean"
+    if scale >= 1.9 and abs(scale - round(scale)) < 0.05 * scale:
+        return f" — {round(scale)}× it: is the loss summed over the samples instead of averaged (reduction='sum' without dividing)?"
     return ""
 
 
+def final_parameters(run: JobResult, reference: Any, seen: TrainingSeen, rtol: float, atol: float) -> str | None:
+    """Why the parameters after the last step, as every rank's records show them, are not
+    single-process training's after the steps the traffic showed (None: they are). The update
+    of the last step is the one thing no traffic shows: nothing is all-reduced after it."""
+    steps = reference.workload.steps
+    want = {name: value.tolist() for name, value in reference.workload.parameters([tuple(sorted(r for shard in s.rows for r in shard)) for s in seen.steps]).items()}
+    for rank in run.ranks:
+        params = parameter_steps(rank)
+        if len(params) < steps:
+            return f"rank {rank.rank} took {len(params)} of {steps} optimizer steps ({failures.rank_end(rank) or failures.explain(run) or 'stopped early'})"
+        if not params[steps - 1]:
+            return f"rank {rank.rank}'s records hold no parameters after its last step, where the last update shows"
+        diff = compare(params[steps - 1], want, rtol, atol)
+        if not diff.ok:
+            return f"after {steps} steps rank {rank.rank}'s parameters (as its records show them) differ from single-process training ({diff.describe()})"
+    return None
+
+
+def _unsynced_hint(run: JobResult) -> str:
+    """Why no all-reduce carried gradients, as the records tell."""
+    wrapped = any(rank.first(Ddp) is not None for rank in run.ranks)
+    if not wrapped:
+        return " — no all-reduce at all: is the model wrapped in DistributedDataParallel?"
+    return " — DDP made no all-reduce: is every backward pass inside model.no_sync()?"
+
+
 def grad_sync(ctx: CheckContext) -> Verdict:
-    """After backward, every rank holds the same gradients, equal to the single-process
-    full-batch gradient on the grader's data; the all-reduce pattern is reported."""
-    rtol, atol = ctx.options["rtol"], ctx.options["atol"]
+    """In every step, your ranks' all-reduces (as the grader's hub carried them) delivered the
+    full-batch gradient at the step's parameters, each rank having sent its own shard's
+    gradient, through the DistributedDataParallel of the model. Any scale passes where the
+    update undoes it (a summed loss divided after the all-reduce); the all-reduces per step are
+    reported."""
+    rtol = ctx.options["rtol"]
     patterns: dict[str, list[int]] = {}
 
     def judge(run: JobResult) -> tuple[bool, str]:
-        refs: Sequence[Trajectory] = ctx.references[run.spec.name]
-        ref = refs[0]
-        witnessed = witnessed_grads(run, refs, int(ctx.args_of(run).get("batch_size", 0)), rtol, atol)
-        grads = {r.rank: gradient_steps(r) for r in run.ranks}
-        if witnessed is not None and not witnessed[0]:
-            own = grads[run.ranks[0].rank]
-            recorded = closest(own[0], refs, lambda r: r.grads[0], rtol, atol) if own else None
-            hint = gradient_hint(ctx, run, own[0], ref) if recorded is not None and not recorded.ok else ""
-            return False, witnessed[1] + (f" (your rank 0's own gradients{hint})" if hint else "")
-        if not all(grads.values()):
-            return missing(run, "an optimizer step")
-        pattern = allreduce_pattern(run.ranks[0], len(grads[0]))
-        patterns[run.spec.name] = pattern
-        calls = f"all-reduce calls per step: {pattern}" + (" (the grader's witness took part in each)" if witnessed else "")
-        start = _start_matches(run, ref, rtol, atol)
-        if start:
-            return False, start
-        for rank in run.ranks[1:]:
-            for step, (mine, first) in enumerate(zip(grads[rank.rank], grads[0])):
-                diff = compare(mine, first, rtol, atol)
-                if not diff.ok:
-                    hint = ""
-                    if not any(pattern):
-                        wrapped = rank.first(Ddp) is not None or run.ranks[0].first(Ddp) is not None
-                        hint = " — DDP made no all-reduce: is every backward pass inside model.no_sync()?" if wrapped else " — no all-reduce at all: is the model wrapped in DistributedDataParallel?"
-                    return False, f"step {step}: gradients differ between rank 0 and rank {rank.rank} ({diff.describe()}); {calls}{hint}"
-        for step, observed in enumerate(grads[0][: len(ref.grads)]):
-            diff = closest(observed, refs, lambda r, step=step: r.grads[step], rtol, atol)
-            if diff.ok:
+        seen = training_of(ctx, run)
+        if seen is None:
+            return missing(run, "the traffic of a carried process group")
+        if isinstance(seen, str):
+            return False, failures.explain(run) or seen
+        patterns[run.spec.name] = seen.syncs_per_step()
+        calls = f"all-reduces per step: {seen.syncs_per_step()}"
+        world = run.layout.world_size
+        pieces = int(ctx.args_of(run).get(ctx.options["micro_batches_argument"], 0) or 0) if ctx.options["micro_batches_argument"] else 0
+        reference = ctx.references[run.spec.name]
+        for step in seen.steps:
+            if abs(step.scale - 1) <= 10 * rtol:
                 continue
-            if step == 0:
-                return False, f"gradients are the same on every rank but not the full-batch gradient ({diff.describe()}){gradient_hint(ctx, run, observed, ref)}; {calls}"
-            return False, f"step {step}: gradients are the same on every rank but not the full-batch gradient ({diff.describe()}) — step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?; {calls}"
-        unwrapped = [r.rank for r in run.ranks if r.first(Ddp) is None]
-        if run.layout.world_size > 1 and unwrapped:
+            later = seen.steps[step.step + 1] if step.step + 1 < len(seen.steps) else None
+            undone = later.at_reference if later is not None else (len(seen.steps) == reference.workload.steps and final_parameters(run, reference, seen, ctx.options["rtol"], ctx.options["atol"]) is None)
+            if not undone:
+                return False, f"step {step.step}: your ranks' all-reduces delivered {step.scale:.4g} × the full-batch gradient, and the update did not undo it{scale_hint(step.scale, world, pieces)}"
+        if seen.problem:
+            hint = _unsynced_hint(run) if not seen.reductions else ""
+            if seen.steps and not seen.shards_wrong:
+                hint = " — step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?"
+            return False, (failures.explain(run) or seen.problem + hint) + (f"; {calls}" if seen.steps else "")
+        if not seen.started and world > 1:
             return False, (
-                f"the gradients are right, but rank {unwrapped[0]} built no DistributedDataParallel: wrap the model in DDP, as the TODO asks "
-                f"(DDP all-reduces bucket by bucket while backward runs; an average after backward waits for all of it); {calls}"
+                "the gradients are right, but no DistributedDataParallel of the model was built (rank 0 never broadcast its initial parameters, "
+                "as DDP does when it is built): wrap the model in DDP, as the TODO asks (DDP all-reduces bucket by bucket while backward runs; "
+                f"an average after backward waits for all of it); {calls}"
             )
-        return True, f"identical on all ranks, equal to the full-batch gradient in every step; {calls}"
+        also = f"; the other operations carried: {', '.join(seen.others[:4])}" if seen.others else ""
+        return True, f"every step's all-reduces delivered the full-batch gradient, each rank's its own shard's; {calls}{also}"
 
     return per_run(ctx, judge, "gradients are synchronised and equal to single-process training", {"allreduce_per_step": patterns})
 
 
 def params_sync(ctx: CheckContext) -> Verdict:
-    """After all steps, the parameters are identical on every rank and equal to those of
-    single-process full-batch training."""
+    """Every step trained from single-process training's parameters (what the ranks
+    all-reduced in it shows, on every rank), and after the last step the parameters are
+    single-process training's on every rank (its update, which nothing all-reduced follows,
+    as the ranks' records show it)."""
     rtol, atol = ctx.options["rtol"], ctx.options["atol"]
 
     def judge(run: JobResult) -> tuple[bool, str]:
         steps = int(ctx.args_of(run)[ctx.options["steps_argument"]])
-        refs: Sequence[Trajectory] = ctx.references[run.spec.name]
-        seen = witness_of(run)
+        seen = training_of(ctx, run)
+        if seen is None:
+            return missing(run, "the traffic of a carried process group")
         if isinstance(seen, str):
-            return False, witness_failure(run, seen)
-        if seen is not None:
-            diff = closest(named(seen.names, seen.params), refs, lambda r: r.params[steps - 1], rtol, atol) if len(seen.step_ends) == steps else None
-            if diff is None or not diff.ok:
-                what = f"took {len(seen.step_ends)} of {steps} steps" if diff is None else f"differ from single-process training ({diff.describe()})"
-                return False, f"the parameters of the grader's witness (rank {run.layout.world_size - 1}), trained by the all-reduces of your ranks, {what}"
-        params = {r.rank: parameter_steps(r) for r in run.ranks}
-        if not all(params.values()):
-            return missing(run, "an optimizer step")
-        short = [rank for rank, seen in params.items() if len(seen) < steps]
-        if short:
-            rank = next(r for r in run.ranks if r.rank == short[0])
-            return False, f"rank {rank.rank} took {len(params[rank.rank])} of {steps} optimizer steps ({failures.rank_end(rank) or failures.explain(run) or 'stopped early'})"
-        last = steps - 1
-        for rank in run.ranks[1:]:
-            diff = compare(params[rank.rank][last], params[0][last], rtol, atol)
-            if not diff.ok:
-                return False, f"after {steps} steps the parameters differ between rank 0 and rank {rank.rank} ({diff.describe()})"
-        diff = closest(params[0][last], refs, lambda r: r.params[last], rtol, atol)
-        if not diff.ok:
-            return False, f"after {steps} steps the parameters are the same on every rank but differ from single-process training ({diff.describe()})"
-        return True, f"identical after {steps} steps and equal to single-process training" + (", on the grader's witness too" if seen is not None else "")
+            return False, failures.explain(run) or seen
+        off = next((step for step in seen.steps if not step.at_reference), None)
+        if off is not None:
+            return False, (
+                f"step {off.step}'s gradients were computed at other parameters than single-process training's after step {off.step - 1} "
+                f"(as what your ranks all-reduced shows): the update of step {off.step - 1} differs"
+            )
+        if seen.problem:
+            return False, failures.explain(run) or f"{seen.problem}: the parameters your ranks trained from cannot be followed from there"
+        wrong = final_parameters(run, ctx.references[run.spec.name], seen, rtol, atol)
+        if wrong:
+            return False, wrong
+        return True, f"every step trained from single-process training's parameters, and after {steps} steps every rank's are single-process training's"
 
     return per_run(ctx, judge, "parameters stay identical across ranks and match single-process training")
 

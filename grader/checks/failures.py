@@ -10,7 +10,6 @@ import re
 import signal
 
 from grader.probe.events import ExceptionInfo, Raised
-from grader.probe.messages import WitnessReport
 from grader.run.job import JobResult, RankResult
 
 _CONSEQUENCE = re.compile(
@@ -19,6 +18,7 @@ _CONSEQUENCE = re.compile(
 )
 _TODO = re.compile(r"^TODO\b")
 DAMAGED = "the records of your process are damaged"
+HUB_SAYS = re.compile(r"collective \d+ of [^\n]*")  # what the grader's hub answers a collective that cannot complete (grader/probe/transport/hub.py), however torch wraps it
 
 
 def exception_of(rank: RankResult) -> Raised | None:
@@ -169,12 +169,10 @@ def _explain_lost_contact(run: JobResult, failed: list[RankResult]) -> str:
     """Every failure is a broken connection: the ranks disagreed on the collectives to run."""
     exc = exception_of(failed[0]) or ExceptionInfo(type="error", message="")
     gist = _CONSEQUENCE.search(f"{exc.type}: {exc.message}")
+    said = next(iter(HUB_SAYS.findall(exc.message)), "")[:400]
     finished = [r.rank for r in run.ranks if rank_end(r) is None]
     others = f"; {_ranks(finished)} had already finished normally" if finished else ""
-    lost = f"rank {failed[0].rank} lost contact with the other ranks in a collective{_where(exc)} ({gist.group(0) if gist else exc.type}){others}"
-    witness = run.witness
-    if isinstance(witness, WitnessReport) and witness.error:  # it left the group first: its reason is the cause
-        return f"{lost}, after the grader's witness (rank {run.layout.world_size - 1}) stopped: {witness.error}"
+    lost = f"rank {failed[0].rank} lost contact with the other ranks in a collective{_where(exc)} ({said or (gist.group(0) if gist else exc.type)}){others}"
     return f"{lost} — every rank must run the same collectives in the same order (e.g. backward() on every rank in every step)"
 
 

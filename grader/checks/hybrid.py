@@ -3,19 +3,21 @@ two devices, micro-batches with gradient accumulation.
 
 Expected values come from the launch layout and the arguments the grader chose (micro_batches,
 world size, GPUs per node); observed values from the probe: parameter devices, forward and
-backward passes, and all-reduces, in the order they happened. In a run with the grader's
-witness (grader/probe/witness.py) the all-reduces per micro-batch are those the witness took
-part in; records that say otherwise fail.
+backward passes, and all-reduces, in the order they happened. How often a step's gradients
+were all-reduced is what the grader's hub carried (grader/traffic/training.py); the records
+say in which micro-batch.
 """
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Sequence
+from typing import Any
 
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.dataparallel import chunk_rows
-from grader.checks.distributed import Trajectory, shard_problems, witness_failure, witness_of
+from grader.checks.distributed import shard_problems, training_of
+from grader.probe.transport.traffic import TrafficReport
+from grader.traffic.training import TrainingSeen, whole_syncs
 from grader.checks.runs import missing, per_run
 from grader.probe.events import AllReduce, Backward, Forward, Model, OptGrads
 from grader.run.job import JobResult, RankResult
@@ -132,8 +134,9 @@ def passes_per_step(ctx: CheckContext) -> Verdict:
                     return False, f"rank {rank.rank}, step {step}: micro-batches of {rows} rows{empty}, expected {want} non-empty parts of its {shard}-row shard, e.g. tensor_split's sizes"
             if taken < steps:
                 return False, f"rank {rank.rank} took {taken} of {steps} optimizer steps ({failures.rank_end(rank) or failures.explain(run) or 'stopped early'})"
-        refs: Sequence[Trajectory] = ctx.references.get(run.spec.name, ())
-        problems = shard_problems(run, refs[0].batches if refs else (), shard)
+        reference = ctx.references.get(run.spec.name)
+        batches = [reference.workload.row_sums(step) for step in range(reference.workload.steps)] if reference is not None else []
+        problems = shard_problems(run, batches, shard)
         if problems:
             return False, "the micro-batches of a step are not the rank's shard: " + "; ".join(problems[:2])
         return True, f"{want} forward and {want} backward passes per step on every rank, together its {shard}-row shard"
@@ -157,34 +160,40 @@ def allreduce_per_micro_batch(rank: RankResult, step: int) -> list[int]:
 
 def sync_pattern(ctx: CheckContext) -> Verdict:
     """Gradients are all-reduced once per step, in the last micro-batch's backward (no_sync on
-    the others). Syncing every micro-batch gives the right result but wastes M-1 all-reduces:
-    it earns `every_micro_batch_credit` of the points."""
+    the others): the grader's hub carried one all-reduce of each bucket per step. Syncing every
+    micro-batch gives the right result but wastes M-1 all-reduces: it earns
+    `every_micro_batch_credit` of the points. In which micro-batch each all-reduce came, the
+    records say."""
     credit = ctx.options["every_micro_batch_credit"]
     patterns: dict[str, list[int]] = {}
 
     def judge(run: JobResult) -> tuple[bool, str, float]:
         pattern = allreduce_per_micro_batch(run.ranks[0], 0)
-        seen = witness_of(run)
-        if isinstance(seen, str):
-            return False, witness_failure(run, f"{seen} (your rank 0's records say all-reduces per micro-batch: {pattern})"), 0.0
-        if seen is not None:
-            witnessed = list(seen.allreduces[0]) if seen.allreduces else []
-            if witnessed != pattern:
-                return False, f"your processes' records say all-reduces per micro-batch: {pattern}; the grader's witness (rank {run.layout.world_size - 1}) took part in {witnessed}", 0.0
         patterns[run.spec.name] = pattern
         want = micro_batches(ctx, run)
-        if not pattern:
-            return False, failures.explain(run) or "no backward pass was observed", 0.0
-        if run.layout.world_size == 1 and not any(pattern):
-            return True, f"one rank, nothing to synchronise: {pattern}", 1.0
-        if all(c == 0 for c in pattern[:-1]) and pattern[-1] > 0:
-            return True, f"all-reduce only in the last micro-batch: {pattern}", 1.0
-        if all(c > 0 for c in pattern):
-            wasted = f"{len(pattern) - 1} of {len(pattern)} all-reduces per step are wasted"
-            return False, f"all-reduce in every micro-batch {pattern}: the gradients are right, but {wasted} — wrap all but the last micro-batch in model.no_sync()", credit
-        if not pattern[-1]:
-            return False, f"no all-reduce in the last micro-batch {pattern}: the ranks' gradients are never averaged at the end of the step", 0.0
-        return False, f"all-reduces per micro-batch {pattern}, expected {[0] * (want - 1) + [1]}", 0.0
+        said = f" (your rank 0's records: all-reduces per micro-batch {pattern})" if pattern else ""
+        seen = training_of(ctx, run)
+        if isinstance(seen, str):
+            return False, failures.explain(run) or seen, 0.0
+        if not isinstance(seen, TrainingSeen):
+            return False, failures.explain(run) or "the grader's hub carried no process group of your ranks", 0.0
+        if seen.steps:
+            per_bucket = {len(step.syncs) // max(len(step.final), 1) for step in seen.steps}
+        else:  # wrong gradients (grad_sync's matter): how often a bucket of the whole model's size went
+            steps = int(ctx.args_of(run)[ctx.options["steps_argument"]])
+            reference = ctx.references[run.spec.name]
+            count = whole_syncs(run.traffic, sum(int(v.numel()) for v in reference.workload.parameters([]).values())) if isinstance(run.traffic, TrafficReport) else 0
+            if not count or count % steps:
+                reason = seen.problem or "no step's gradients were all-reduced"
+                return False, f"{failures.explain(run) or reason}{said}", 0.0
+            per_bucket = {count // steps}
+        if run.layout.world_size == 1 and per_bucket == {1}:
+            return True, f"one rank: one all-reduce of its gradients per step{said}", 1.0
+        if per_bucket == {1}:
+            return True, f"one all-reduce of each gradient bucket per step, as the grader's hub carried them{said}", 1.0
+        if per_bucket == {want}:
+            return False, f"an all-reduce in every micro-batch ({want} per step, as the grader's hub carried them){said}: the gradients are right, but {want - 1} of {want} are wasted — wrap all but the last micro-batch in model.no_sync()", credit
+        return False, f"{sorted(per_bucket)} all-reduces of each gradient bucket per step, expected 1 (all but the last micro-batch inside no_sync){said}", 0.0
 
     return per_run(ctx, judge, "one all-reduce per step, in the last micro-batch", {"allreduce_per_micro_batch": patterns})
 

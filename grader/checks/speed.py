@@ -65,7 +65,7 @@ def efficiency(ctx: CheckContext) -> Verdict:
     solution's, both measured in this grading over k launches each, interleaved: the first
     decile of your timed steps against the first decile of the reference's (the steps another
     process did not slow down; needless work in every step shows in every step). The
-    reference's DDP takes your DDP options (as the witness took them on): a choice DDP offers
+    reference's DDP takes your DDP options (as the traffic confirms them): a choice DDP offers
     costs you nothing here."""
     limit = float(ctx.options["max_ratio"])
     lines, data, passed = [], {}, True

@@ -1,9 +1,9 @@
 """The timing protocol every speed check shares; pure functions over what the grader measured.
 
-- A step's time is measured by a clock the submission cannot touch. In a run with the
-  grader's witness (grader/probe/witness.py) it is the time between two of the witness's
-  optimizer steps, by its own clock: in a synchronous all-reduce the witness waits for the
-  slowest rank. A timed run without the witness (one process, or ranks on real GPUs) is timed
+- A step's time is measured by a clock the submission cannot touch. In a run the grader's hub
+  carries (grader/probe/transport) it is the time between the deliveries of two steps' last
+  gradient all-reduces, by the hub's clock: a synchronous all-reduce is delivered when its
+  slowest rank has sent. A timed run the hub does not carry (one process, or ranks on real GPUs) is timed
   by the grader's clock around whole launches: each launch is a pair, one of the run's S steps
   and one of F × S (the spec's `timing.clock_factor`), and a step is the difference of their
   wall times over the (F - 1) × S steps between them. Start-up (imports, CUDA context, the
@@ -18,8 +18,9 @@
 - The first `warmup` steps of a launch are not timed (allocations, CUDA context, caches); the
   very first step never is: nothing marks its start.
 - A step ends for everyone when its slowest rank ends it: per step, the maximum over ranks.
-- A launch with a witness is timed only when the witness's parameters show the grader's own
-  training on the launch's inputs (`checked_work`): a fast launch must also do the work.
+- A carried launch is timed only when its traffic shows the grader's own training on the
+  launch's inputs, as far as the hub kept what the ranks sent (`carried_work`): a fast launch
+  must also do the work.
 - One launch is summarised by the median of its steps (a pair of launches: by its one step).
   A timed run is launched k times, interleaved with the reference solution's launches of the
   same run (so both see the same machine load), and a side is summarised by the minimum (`best_s`: its least disturbed
@@ -39,15 +40,17 @@
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from grader.checks import failures
-from grader.probe.events import Optimizer
-from grader.probe.messages import DdpOptions, Digest, WitnessReport
+from grader.checks.distributed import claims_of
+from grader.probe.events import DdpArgs, Optimizer
+from grader.probe.messages import DdpOptions
+from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
+from grader.traffic.training import TrainingSeen, step_ends
 
 
 def rank_step_seconds(rank: RankResult, warmup: int = 1) -> list[float]:
@@ -57,71 +60,74 @@ def rank_step_seconds(rank: RankResult, warmup: int = 1) -> list[float]:
     return durations[max(warmup, 1) - 1 :]
 
 
-def witness_step_seconds(report: WitnessReport, warmup: int = 1) -> list[float]:
-    """Duration of each optimizer step by the witness's clock, the first `warmup` left out."""
-    ends = report.step_ends
-    return [later - earlier for earlier, later in zip(ends, ends[1:])][max(warmup, 1) - 1 :]
-
-
-def witness_problem(run: JobResult) -> str | None:
-    """Why a run with the grader's witness cannot be timed by it (None: it can, or the run had none)."""
-    if run.spec.witness is None:
+def carried_problem(run: JobResult) -> str | None:
+    """Why a run the grader's hub carried cannot be timed by the hub's clock (None: it can, or
+    the hub did not carry it)."""
+    if run.spec.carrier is None or isinstance(run.step_ends, tuple):
         return None
-    if not isinstance(run.witness, WitnessReport):
-        return f"the grader's witness could not time it: {run.witness or 'no report'}"
-    if run.witness.error:
-        return f"the grader's witness could not time it: {run.witness.error}"
+    return f"the grader's hub could not time it: {run.step_ends or 'its traffic was not read'}"
+
+
+def confirmed_options(run: JobResult, seen: TrainingSeen | str | None) -> DdpOptions:
+    """The costly DDP options rank 0's records say its DDP took, as far as the traffic shows
+    them: find_unused_parameters all-reduces a map of the parameters used, in whole numbers,
+    every step; a bucket_cap_mb below the model's size makes more than one bucket per step."""
+    claimed = next((event for event in run.ranks[0].of_kind(DdpArgs)), None) if run.ranks else None
+    if claimed is None or not isinstance(run.traffic, TrafficReport):
+        return DdpOptions()
+    used_map = any(c.kind == "all_reduce" and not c.error and c.members and all(m.dtype.startswith("int") for m in c.members[0].inputs) for c in run.traffic.carried)
+    buckets = isinstance(seen, TrainingSeen) and any(len(step.final) > 1 for step in seen.steps)
+    return DdpOptions(find_unused_parameters=claimed.find_unused_parameters and used_map, bucket_cap_mb=claimed.bucket_cap_mb if buckets else None)
+
+
+def adopted_options(results: Iterable[JobResult], references: Mapping[str, Any]) -> DdpOptions | None:
+    """The submission's costly DDP options (DdpOptions.costly_part) as the first checked run
+    whose traffic shows its training confirms them (`confirmed_options`); None: DDP's defaults,
+    or no run shows them. The reference's timed launches build their DDP with them, so that an
+    option DDP offers is not the student's slowness; a claim in the records that the traffic
+    does not show is not taken on."""
+    for run in results:
+        reference = references.get(run.spec.name)
+        if reference is None or not isinstance(run.traffic, TrafficReport) or not run.ranks:
+            continue
+        seen = reference.seen(run, lambda run=run, reference=reference: claims_of(run, reference.workload))
+        if isinstance(seen, TrainingSeen) and seen.steps and not seen.problem:
+            options = confirmed_options(run, seen)
+            return None if options == DdpOptions() else options
     return None
 
 
-DIGEST_RTOL = 1e-2  # of what training changed (measured: p6's launches agree with the grader's training to 1e-5, p10's micro-batches to 1e-4)
-
-
-def _digest_matches(seen: Sequence[Sequence[float]], expected: Digest) -> bool:
-    if len(seen) != len(expected) or any(len(pair) != 2 for pair in seen):
-        return False
-    return all(
-        abs(s - es) <= DIGEST_RTOL * (abs(es) + math.sqrt(eq)) and abs(q - eq) <= DIGEST_RTOL * eq
-        for (s, q), (es, eq) in zip(seen, expected)
-    )
-
-
-def checked_work(launch: JobResult, expected: Sequence[Digest], adopted: DdpOptions | None = None) -> JobResult:
-    """`launch` as timed: when the grader's witness saw training that differs from every one the
-    grader computed on the same inputs (`expected`: the change of each parameter, as
-    grader/probe/witness.py training_digest gives it), or a DDP built with other costly options
-    than `adopted` (those the reference's launches took on, from the checked runs), its report
-    is given that error, so the launch cannot be timed. The gradients must arrive: the timed
-    inputs differ from the checked runs', and a script could do less when it sees them. (The
-    digest cannot tell when they were computed: a script could compute every step's before
-    its first, where no step is timed.)"""
-    report = launch.witness
-    if not isinstance(report, WitnessReport) or report.error is not None:
+def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None = None) -> JobResult:
+    """`launch` with the end of each of its steps by the hub's clock (`step_ends`), or why its
+    traffic cannot be timed: the steps whose data the hub kept must be the grader's own training
+    on the launch's inputs (grader/traffic/training.py), and the steps after them the same
+    all-reduces again; a launch of the submission whose DDP shows other costly options than
+    `adopted` (those the reference's launches took on, from the checked runs) is not timed
+    either. The timed inputs differ from the checked runs', and a script could do less when it
+    sees them. (Beyond the data the hub keeps, a step is timed by its all-reduces' sizes alone.)"""
+    if launch.spec.carrier is None or launch.traffic is None:
         return launch
-    if adopted is not None and report.ddp_options is not None and report.ddp_options.costly_part() != adopted:
-        used, checked = (options.describe() or "DDP's defaults" for options in (report.ddp_options.costly_part(), adopted))
-        error = f"your timed launch built its DDP with {used}, your checked runs with {checked}: the reference is timed with the options of your checked runs"
-        return replace(launch, witness=replace(report, error=error))
-    if not expected or any(_digest_matches(report.digest, e) for e in expected):
-        return launch
-    first = expected[0]
-    # the first parameter that differs; when every common one agrees, the first one only one side has
-    where = next((i for i, (pair, e) in enumerate(zip(report.digest, first)) if not _digest_matches((pair,), (e,))), min(len(report.digest), len(first)))
-    name = report.names[where] if where < len(report.names) else f"parameter {where}"
-    seen = f"{report.digest[where][1]:.4g}" if where < len(report.digest) and len(report.digest[where]) == 2 else "nothing"
-    wanted = f"{first[where][1]:.4g}" if where < len(first) else "nothing"
-    error = (
-        "what your ranks' all-reduces delivered in this launch is not the average of their shards' gradients: "
-        f"the witness's `{name}` changed by {seen} (sum of squares) over the launch's steps, by {wanted} in the grader's own training on these inputs"
-    )
-    return replace(launch, witness=replace(report, error=error))
+    if not isinstance(launch.traffic, TrafficReport):
+        return replace(launch, step_ends=f"no report: {launch.traffic}")
+    seen = reference.seen(launch, lambda: claims_of(launch, reference.workload))
+    if isinstance(seen, str):
+        return replace(launch, step_ends=seen)
+    if seen.problem:
+        return replace(launch, step_ends=f"what your ranks' all-reduces carried in this launch is not the grader's own training on its inputs: {seen.problem}")
+    if launch.spec.ddp_options is None:  # the submission's launch (the reference's take `adopted` on)
+        used = confirmed_options(launch, seen)
+        if used != (adopted or DdpOptions()):
+            shown = [options.describe() or "DDP's defaults" for options in (used, adopted or DdpOptions())]
+            return replace(launch, step_ends=f"your timed launch built its DDP with {shown[0]}, your checked runs with {shown[1]}: the reference is timed with the options of your checked runs")
+    return replace(launch, step_ends=step_ends(launch.traffic, seen, reference.workload.steps))
 
 
 def step_seconds(run: JobResult, warmup: int = 1) -> list[float]:
-    """Per timed step: by the grader's witness's clock in a run with one (in a synchronous
-    all-reduce it waits for the slowest rank), else the slowest rank's recorded duration."""
-    if isinstance(run.witness, WitnessReport):
-        return witness_step_seconds(run.witness, warmup)
+    """Per timed step: by the hub's clock in a carried run (the deliveries of two steps' last
+    all-reduces, which wait for the slowest rank), else the slowest rank's recorded duration."""
+    if isinstance(run.step_ends, tuple):
+        ends = run.step_ends
+        return [later - earlier for earlier, later in zip(ends, ends[1:])][max(warmup, 1) - 1 :]
     per_rank = [rank_step_seconds(rank, warmup) for rank in run.ranks]
     steps = min((len(d) for d in per_rank), default=0)
     return [max(d[i] for d in per_rank) for i in range(steps)]
@@ -313,7 +319,7 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
         if launch.skipped:
             problem = problem or f"a launch was not run: {launch.skipped}"
             continue
-        outcome = failures.explain(launch) or witness_problem(launch)
+        outcome = failures.explain(launch) or carried_problem(launch)
         seconds = step_seconds(launch, warmup) if launch.ranks else []
         if outcome or not seconds:
             problem = problem or outcome or f"no optimizer step after the first {max(warmup, 1)} could be timed"

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import secrets
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
@@ -32,18 +34,21 @@ from typing import Any, Callable, Iterable, Mapping
 from grader import __version__
 from grader.checks import failures
 from grader.checks.base import Answers, CheckContext, CheckDef, Verdict
-from grader.checks.timing import TimedRuns, checked_work
+from grader.checks.timing import TimedRuns, adopted_options, carried_work
 from grader.course import Practical
 from grader.grade.machine import machine_key
 from grader.grade.answers import load_answers, manual_texts
 from grader.grade.prepared import Prepared
-from grader.probe.messages import DdpOptions, WitnessReport
+from grader.probe.messages import DdpOptions
+from grader.probe.transport.traffic import CarrierPlan
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.run.job import JobResult, JobRunner, JobSpec, Layout
 from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
 from grader.spec import Assignment, CheckSpec, RunDef, load_answer_key
 
 MIN_RUN_S = 1.0  # a run is skipped rather than started with less time than this
+KEEP_BYTES = 64 << 20  # of what the ranks send, the hub keeps this much for the grader in a checked run (p6, p10: about 0.1 MiB)
+KEEP_TIMED_BYTES = 5 << 20  # and of the reductions of a timed launch (p6's timed run: 4 MiB a step, p10's 2 MiB): its first steps are checked whole
 
 
 @dataclass(frozen=True)
@@ -122,30 +127,37 @@ def _doubts(practical: Practical, checks: tuple[CheckSpec, ...], warmup: int) ->
 
 
 def on_this_machine(run: RunDef, gpus: int) -> RunDef:
-    """The run as a machine with `gpus` CUDA GPUs can make it. There, a run the grader's
-    witness joins, and one with more ranks per node than the machine has GPUs, goes on
-    virtual GPUs, one per rank: the witness is a gloo rank, which cannot join the NCCL process
-    group that ranks on real GPUs take (and NCCL refuses two ranks on one GPU), and a rank
-    without a GPU of its own would fail with "invalid device ordinal" (measured on a node of
-    one H100: every reference run of p6 with 2 ranks or more)."""
-    if gpus and not run.virtual_gpus and (run.witness or run.layout.ranks_per_node > gpus):
+    """The run as a machine with `gpus` CUDA GPUs can make it. There, a run the grader's hub
+    carries, and one with more ranks per node than the machine has GPUs, goes on virtual GPUs,
+    one per rank: its verdicts are then the same on every machine (the hub carries host
+    memory; the ranks' own GPUs would talk over NCCL, which no grader's process can read), and
+    a rank without a GPU of its own would fail with "invalid device ordinal" (measured on a
+    node of one H100: every reference run of p6 with 2 ranks or more)."""
+    if gpus and not run.virtual_gpus and (run.carried or run.layout.ranks_per_node > gpus):
         return replace(run, virtual_gpus=run.layout.ranks_per_node)
     return run
 
 
-def witnessed(run: RunDef, gpus: int) -> bool:
-    """Whether the grader's witness joins the run's launches on a machine with `gpus` CUDA
-    GPUs (it is a gloo rank: on real GPUs only where the run goes on virtual ones)."""
-    return run.witness and (bool(run.virtual_gpus) or not gpus)
+def carried(run: RunDef, gpus: int) -> bool:
+    """Whether the grader's hub carries the run's process groups on a machine with `gpus` CUDA
+    GPUs (on real GPUs only where the run goes on virtual ones)."""
+    return run.carried and (bool(run.virtual_gpus) or not gpus)
+
+
+def carrier_plan(timed: bool, run_timeout: float) -> CarrierPlan:
+    """What the grader's hub of a carried launch is told: a collective may wait for its last
+    member as long as the launch may run (a rank may take long to get there: torch.compile, a
+    first DDP); a checked run's data is kept whole, a timed launch's first steps only."""
+    return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_TIMED_BYTES if timed else KEEP_BYTES, keep_broadcasts=not timed)
 
 
 def clocked_steps(assignment: Assignment, args: Mapping[str, Any], timed: tuple[RunDef, ...], gpus: int) -> dict[str, tuple[int, int]]:
-    """The timed runs the grader times by its own clock (those without its witness here), each
+    """The timed runs the grader times by its own clock (those its hub does not carry here), each
     with the step counts of its pair of launches: the run's own, and `clock_factor` times it
     (the spec loader made sure every timed run gives one)."""
     clocked = {}
     for run in timed:
-        if not witnessed(run, gpus):
+        if not carried(run, gpus):
             steps = int((run.args if run.solution else merged_args(args, run))[assignment.timing.steps_argument])
             clocked[run.name] = (steps, steps * assignment.timing.clock_factor)
     return clocked
@@ -155,7 +167,7 @@ def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: Gr
     """The launches a grading performs on a machine with `gpus` CUDA GPUs: those the selected
     checks use, or the override."""
     if options.world_size is not None:
-        runs: tuple[RunDef, ...] = (RunDef(name=f"ws{options.world_size}", layout=Layout(1, options.world_size)),)
+        runs: tuple[RunDef, ...] = (RunDef(name=f"ws{options.world_size}", layout=Layout(1, options.world_size), carried=any(run.carried for run in assignment.runs)),)
     else:
         wanted = {name for check in checks for name in check.runs}
         runs = tuple(run for run in assignment.runs if run.name in wanted)
@@ -165,11 +177,24 @@ def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: Gr
 
 
 def choose_args(assignment: Assignment, seed: int | None) -> dict:
-    """The script's arguments: the spec's, plus a seed chosen now (never known in advance)."""
+    """The script's arguments: the spec's, a seed chosen now (never known in advance) and the
+    spec's drawn ones (`draw`: e.g. a batch size, so that a table of the right answers for
+    one size fails), drawn from the seed, so that a given seed reproduces a grading."""
     args = dict(assignment.args)
+    chosen = seed if seed is not None else secrets.randbelow(2**31 - 2) + 1
     if assignment.seed_argument:
-        args[assignment.seed_argument] = seed if seed is not None else secrets.randbelow(2**31 - 2) + 1
+        args[assignment.seed_argument] = chosen
+    draws = random.Random(chosen)
+    for name, values in sorted(assignment.draw.items()):
+        args[name] = draws.choice(values)
     return args
+
+
+def drawn_note(assignment: Assignment, args: Mapping[str, Any]) -> tuple[str, ...]:
+    """'drawn for this grading: batch_size 71' where the spec draws arguments."""
+    if not assignment.draw:
+        return ()
+    return ("drawn for this grading: " + ", ".join(f"{name} {args[name]}" for name in sorted(assignment.draw)) + " (runs with their own values keep them)",)
 
 
 def environment(seed: int | None) -> dict:
@@ -264,14 +289,15 @@ def _run_all(
     problem: str | None,
     progress: Callable[[str], None] | None = None,
     clocked: Mapping[str, tuple[int, int]] = MappingProxyType({}),
+    adopt: Callable[[Iterable[JobResult]], DdpOptions | None] = lambda results: None,
 ) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
     """Every planned launch in order; the timed runs last, round by round: in each of the
     `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own;
     then, round by round, up to `repeats` more for the timed runs still `doubtful` (a speed
     check would fail them on the launches so far). A run in `clocked` (timed by the grader's
     clock: name -> its short and long step counts) is launched in pairs (`_round_order`). The reference's
-    launches build their DDP with the submission's costly options, as the witness of a checked
-    run took them on."""
+    launches build their DDP with the submission's costly options, as `adopt` finds them in the
+    checked runs."""
     chosen: DdpOptions | None = None  # set once the checked runs are done: only timed launches come later
 
     def launch(run: RunDef, role: str, repeat: int, steps: int | None = None) -> JobResult:
@@ -288,7 +314,7 @@ def _run_all(
         return runner.run(job)
 
     results = {run.name: launch(run, "own", 0) for run in runs if run not in timed}
-    chosen = witnessed_ddp_options(results.values())
+    chosen = adopt(results.values())
     own: dict[str, list[JobResult]] = {run.name: [] for run in timed}
     reference: dict[str, list[JobResult]] = {run.name: [] for run in timed}
     pending = timed
@@ -304,30 +330,22 @@ def _run_all(
     return ordered, {name: TimedRuns(tuple(own[name]), tuple(reference[name])) for name in own}
 
 
-def _checked_timings(practical: Practical, args: Mapping[str, Any], witnessed: tuple[RunDef, ...], timings: dict[str, TimedRuns]) -> dict[str, TimedRuns]:
-    """The timed launches, each checked against the grader's own training on its inputs
-    (the practical's `digests`), the submission's also against the DDP options the reference's
-    launches took on: a launch whose witness saw other training, or other options, cannot be
-    timed."""
-    digests = getattr(practical.module, "digests", None)
-    if digests is None or not witnessed:
+def _checked_timings(practical: Practical, args: Mapping[str, Any], carried_runs: tuple[RunDef, ...], timings: dict[str, TimedRuns]) -> dict[str, TimedRuns]:
+    """The timed launches the grader's hub carried, each timed by the hub's clock and checked
+    against the grader's own training on its inputs (grader/checks/timing.py carried_work), the
+    submission's also against the DDP options the reference's launches took on."""
+    if not carried_runs:
         return timings
-    expected = digests(args, witnessed)
+    references = practical.module.references(args, carried_runs)
     checked = {}
     for name, timed in timings.items():
-        own = tuple(checked_work(launch, expected.get(name, ()), timed.adopted_options) for launch in timed.own)
-        checked[name] = TimedRuns(own, tuple(checked_work(launch, expected.get(name, ())) for launch in timed.reference))
+        reference = references.get(name)
+        if reference is None:
+            checked[name] = timed
+            continue
+        own = tuple(carried_work(launch, reference, timed.adopted_options) for launch in timed.own)
+        checked[name] = TimedRuns(own, tuple(carried_work(launch, reference) for launch in timed.reference))
     return checked
-
-
-def witnessed_ddp_options(results: Iterable[JobResult]) -> DdpOptions | None:
-    """The submission's costly DDP options (DdpOptions.costly_part) as the first witness that
-    took part in its DDP took them on (None: no witness did). A claim in the records that its
-    DDP did not make, the witness's collectives mismatch: find_unused_parameters adds one,
-    bucket_cap_mb changes their sizes (where the model fills more than one bucket), and grad_sync
-    fails. A script that uses other options in its timed launches than in its checked runs is
-    not timed (grader/checks/timing.py checked_work)."""
-    return next((r.witness.ddp_options.costly_part() for r in results if isinstance(r.witness, WitnessReport) and r.witness.error is None and r.witness.ddp_options is not None), None)
 
 
 def _round_order(steps: tuple[int, int] | None) -> tuple[tuple[int | None, str], ...]:
@@ -465,15 +483,16 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 virtual_gpus=run.virtual_gpus,
                 driver=prepared.driver and not solution,
                 private=solution is not None,
-                witness=practical.module.witness_plan(merged_args(args, run), run, run_timeout) if witnessed(run, env["cuda_gpus"]) else None,
+                carrier=carrier_plan(run in timed, run_timeout) if carried(run, env["cuda_gpus"]) else None,
                 clock_steps=steps,
             )
 
         referenced = reference_launched(practical, graded, runs)
         doubtful = _doubts(practical, graded, assignment.timing.warmup_steps)
         clocked = clocked_steps(assignment, args, timed, env["cuda_gpus"])
-        results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, doubtful, job_for, runner, started + budget, budget, prepared.problem, options.progress, clocked)
-        timings = _checked_timings(practical, args, tuple(r for r in timed if r.witness), timings)
+        adopt = partial(adopted_options, references=references)
+        results, timings = _run_all(runs, timed, referenced, assignment.timing.repeats, doubtful, job_for, runner, started + budget, budget, prepared.problem, options.progress, clocked, adopt)
+        timings = _checked_timings(practical, args, tuple(r for r in timed if carried(r, env["cuda_gpus"])), timings)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
         return Execution(started, env, error=f"{type(exc).__name__}: {exc}")
     finally:
@@ -517,7 +536,7 @@ def _report(practical: Practical, execution: Execution, options: GradeOptions) -
         environment=execution.environment,
         error="; ".join(errors) or None,
         manual=manual_texts(execution.answers or Answers(None), practical.assignment.manual_answers),
-        notes=execution.prepared.notes + tuple(dict.fromkeys(note for run in execution.results.values() for note in run.notes)) + left_out(practical, execution.checks, options),
+        notes=drawn_note(practical.assignment, execution.args) + execution.prepared.notes + tuple(dict.fromkeys(note for run in execution.results.values() for note in run.notes)) + left_out(practical, execution.checks, options),
     )
 
 
@@ -531,7 +550,7 @@ def left_out(practical: Practical, checks: tuple[CheckSpec, ...], options: Grade
         notes.append(
             f"quick mode: one run of {options.world_size} rank{'s' if options.world_size > 1 else ''} on one node replaced the runs "
             f"{', '.join(replaced)}; mistakes that show only there (several nodes, where LOCAL_RANK is not RANK; other world sizes; "
-            "the grader's witness) are not looked for — the autograder runs them all"
+            "the uneven splits) are not looked for — the autograder runs them all"
         )
     if not options.timing:
         notes.append("--no-timing: the speed checks were left out")

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Mapping, TypeVar
 from grader.probe import typed
 from grader.probe.typed import JsonValue, Malformed, Value, dumps, loads, parse_tagged
 
-EVENTS_VERSION = 1
+EVENTS_VERSION = 2
 MAX_FILE_BYTES = 64 << 20  # the largest event file the recorder writes (grading asks for less)
 
 
@@ -152,30 +152,14 @@ class Ddp(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class DdpArgs(Event):
-    """A DistributedDataParallel is about to be built with these options (written before its
-    first collective, so that the grader's witness rank can build its own DDP alike)."""
+    """A DistributedDataParallel is about to be built with these options (the reference's
+    timed launches take on the costly ones the traffic confirms: grader/checks/timing.py)."""
 
     kind: ClassVar[str] = "ddp_args"
     find_unused_parameters: bool
     static_graph: bool
     gradient_as_bucket_view: bool
     bucket_cap_mb: float | None
-
-
-LEADING_ROWS = 4  # rows of a DDP forward's input summed in its record: the witness matches them with each split
-
-
-@dataclass(frozen=True, kw_only=True)
-class DdpForward(Event):
-    """A DistributedDataParallel's forward with gradients on is about to run: `sync` says
-    whether its backward will all-reduce (False inside no_sync: DDP decides at forward). The
-    grader's witness mirrors it, so that its collectives pair with the ranks', and takes its
-    own rows by the split `rows` shows (written here, before DDP's forward: from the second step
-    on, that forward starts with a collective the witness must join before rank 0's forward ends)."""
-
-    kind: ClassVar[str] = "ddp_forward"
-    sync: bool
-    rows: tuple[Value, ...] | None = None  # its input's first LEADING_ROWS rows, each summed (as Forward's rows), in every step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,20 +245,6 @@ class AllReduce(Span):
     bytes: int
     bucket: int | None
     async_op: bool
-
-
-@dataclass(frozen=True, kw_only=True)
-class AllReduceCall(Event):
-    """The script is about to call dist.all_reduce itself (not DDP): the tensor's shape and
-    dtype, the reduction, and whether it is on the default group. The grader's witness makes
-    the same call, so that collectives of the script's own (a loss all-reduced for the log)
-    pair with one of its."""
-
-    kind: ClassVar[str] = "allreduce_call"
-    shape: tuple[int, ...]
-    dtype: str
-    op: str
-    default_group: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -402,8 +372,8 @@ class Answers(Event):
 EVENTS: Mapping[str, type[Event]] = MappingProxyType({
     cls.kind: cls
     for cls in (
-        Process, InitPgCall, InitPg, DestroyPg, DdpArgs, Ddp, DdpForward, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
-        AllReduce, AllReduceCall, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
+        Process, InitPgCall, InitPg, DestroyPg, DdpArgs, Ddp, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
+        AllReduce, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
     )
 })
 E = TypeVar("E", bound=Event)

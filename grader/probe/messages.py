@@ -10,10 +10,10 @@ leader), `started` (the ranks' pids), `rank_exit` per rank, `exited` (every rank
 `leader_exit` (the leader is gone, however it ended); `error` for a request it could not read.
 Statuses are "exit:N" or "signal:N".
 
-The grader's witness (grader/probe/witness.py), a rank the launcher forks from grader code,
-reports through the launcher's channel too: its `WitnessReport`, compressed, base64-encoded and
-cut into `witness` answers short enough that each is one atomic write on the pipe; before it,
-`witness_stage` answers say how far it got.
+The grader's hub (grader/probe/transport/hub.py), which the launcher forks for a job whose
+process groups it carries, reports through the launcher's channel too: its TrafficReport,
+compressed, base64-encoded and cut into `traffic` answers short enough that each is one atomic
+write on the pipe.
 """
 from __future__ import annotations
 
@@ -22,21 +22,20 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar, Mapping, Union, cast
 
-from grader.probe.typed import Malformed, Value, dumps, loads, parse_tagged
+from grader.probe.transport.traffic import CarrierPlan
+from grader.probe.typed import Malformed, dumps, loads, parse_tagged
 
 
 class BadMessage(Malformed):
     """A message is not one the grader, the launcher or the rank writes."""
 
 
-Digest = tuple[tuple[float, ...], ...]  # per parameter tensor: (sum, sum of squares) of what training changed (grader/probe/witness.py training_digest)
-
-
 @dataclass(frozen=True)
 class DdpOptions:
-    """The DistributedDataParallel options a script chose (its rank 0's, as the witness took
-    them on); the reference solution's timed launches are built with the submission's costly
-    ones, so that an option DDP offers costs the submission nothing in a speed check."""
+    """The DistributedDataParallel options a script chose (its rank 0's, as the traffic confirms
+    them: grader/checks/timing.py); the reference solution's timed launches are built with the
+    submission's costly ones, so that an option DDP offers costs the submission nothing in a
+    speed check."""
 
     find_unused_parameters: bool = False
     static_graph: bool = False
@@ -65,65 +64,6 @@ class DdpOptions:
 
 
 @dataclass(frozen=True)
-class WitnessPlan:
-    """What the grader's witness rank does: the template's training (its two-layer model, SGD,
-    mean squared error on x, y ~ N(0, 1) from the step's generator), on its shard (`rows` rows)
-    of every global batch, split among `world_size` ranks the way rank 0's first forward pass
-    shows (grader/probe/witness.py's SHARD_LAYOUTS), as one rank of the submission's job; its
-    forward passes and optimizer steps follow those rank 0 records (`peer_records`)."""
-
-    seed: int
-    batch_size: int
-    dim: int
-    hidden: int
-    steps: int
-    lr: float
-    world_size: int
-    rows: int
-    micro_batches: int  # the script's micro-batches per step (1 without): the witness cuts its shard alike
-    values: bool  # report gradients and parameters (not for timed runs: only step times)
-    model: str  # the template's model, by its name in grader/probe/witness.py's MODELS
-    peer_records: str  # the event file of the submission's rank 0: its DDP options, forward passes, optimizer steps
-    wait_s: float  # for each of rank 0's records it follows, and in each collective
-
-
-@dataclass(frozen=True)
-class WitnessReport:
-    """What the witness saw: per optimizer step, the all-reduces its DDP took part in in each
-    backward pass, the gradients they delivered, and the time the step ended by the witness's clock;
-    its parameters after the last step; or `error`, why it stopped."""
-
-    report: ClassVar[str] = "witness_report"
-    rank: int
-    ddp_options: DdpOptions | None  # the submission's DDP options the witness took on (None: it saw no DDP)
-    allreduces: tuple[tuple[int, ...], ...]  # per step, per backward pass
-    step_ends: tuple[float, ...]  # per optimizer step, seconds of the witness's monotonic clock
-    names: tuple[str, ...]
-    grads: tuple[tuple[tuple[Value, ...], ...], ...]  # per step, per parameter (empty without `values`)
-    params: tuple[tuple[Value, ...], ...]  # after the last step (empty without `values`)
-    error: str | None
-    layout: str = "contiguous"  # how the witness took its shard in the first step (grader/probe/witness.py shard_rows)
-    layouts: tuple[str, ...] = ()  # in every step, as rank 0's rows showed (a sampler may shuffle anew each step)
-    digest: tuple[tuple[Value, ...], ...] = ()  # per parameter after the last step: (sum, sum of squares) of what training changed (grader/probe/witness.py training_digest)
-
-    def layout_at(self, step: int) -> str:
-        """The witness's layout in `step` (the last one known after its steps)."""
-        return self.layouts[min(step, len(self.layouts) - 1)] if self.layouts else self.layout
-
-
-WITNESS_PART_CHARS = 3000  # base64 characters per `witness` answer: a line well under PIPE_BUF
-
-
-def witness_report_line(report: WitnessReport) -> str:
-    return dumps(report, "report", report.report)
-
-
-def parse_witness_report(line: str | bytes) -> WitnessReport:
-    """The witness's report from its line; BadMessage when it is not one."""
-    return cast(WitnessReport, _parse(line, "report", {WitnessReport.report: WitnessReport}, "witness report"))
-
-
-@dataclass(frozen=True)
 class RankConfig:
     """What one rank is told: the script to run, as whom, where its files go, and what the
     recorder takes."""
@@ -142,7 +82,6 @@ class RankConfig:
     driver: bool  # the script is a grader driver: it gets the recorder's emit
     pg_timeout_s: float  # the process groups' timeout where the script gives none
     max_observation_bytes: int
-    witness: WitnessPlan | None = None  # this rank is the grader's witness, not the script
     ddp_options: DdpOptions | None = None  # every DDP the script builds takes these options (only for the reference solution's timed launches)
 
 
@@ -155,6 +94,7 @@ class JobRequest:
     id: str
     ranks: tuple[RankConfig, ...]
     hold: bool
+    carrier: CarrierPlan | None = None  # the grader's hub carries the ranks' process groups (grader.probe.transport)
 
 
 @dataclass(frozen=True)
@@ -251,30 +191,18 @@ class LeaderExited:
 
 
 @dataclass(frozen=True)
-class WitnessPart:
-    """A part of the witness's report (see the module docstring)."""
+class TrafficPart:
+    """A part of the hub's report (grader.probe.transport.traffic.pack)."""
 
-    event: ClassVar[str] = "witness"
+    event: ClassVar[str] = "traffic"
     job: str
     part: int
     parts: int
     data: str  # base64
 
 
-WITNESS_STAGES = ("joined", "ddp")  # the witness joined the process group; it built its DDP alongside rank 0's
-
-
-@dataclass(frozen=True)
-class WitnessStage:
-    """The witness got this far (one of WITNESS_STAGES): where it waited, should it be stopped."""
-
-    event: ClassVar[str] = "witness_stage"
-    job: str
-    stage: str
-
-
-Answer = Union[Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited, WitnessPart, WitnessStage]
-ANSWERS: Mapping[str, type] = MappingProxyType({cls.event: cls for cls in (Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited, WitnessPart, WitnessStage)})
+Answer = Union[Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited, TrafficPart]
+ANSWERS: Mapping[str, type] = MappingProxyType({cls.event: cls for cls in (Ready, LauncherError, Forked, Started, RankExited, Exited, LeaderExited, TrafficPart)})
 
 
 # ------------------------------------------------------------------ lines

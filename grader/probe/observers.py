@@ -57,12 +57,10 @@ from grader.probe.events import (
     EVENTS_VERSION,
     MAX_FILE_BYTES,
     AllReduce,
-    AllReduceCall,
     Backward,
     CommHook,
     Ddp,
     DdpArgs,
-    DdpForward,
     DestroyPg,
     E,
     EndState,
@@ -71,7 +69,6 @@ from grader.probe.events import (
     Exit,
     Forward,
     ForwardOutput,
-    LEADING_ROWS,
     Globals,
     InitPg,
     InitPgCall,
@@ -310,25 +307,6 @@ class Probe:
             self._failed("reading a model call's rows", exc)
             return None
 
-    def leading_row_sums(self, args: tuple) -> tuple[float, ...] | None:
-        """The first LEADING_ROWS rows of a DDP forward's first tensor argument, each summed in
-        float64, in every step (a sampler may shuffle anew each step): which split of the
-        grader's batch the rank took, for the witness. Four rows of a CPU tensor (virtual GPUs
-        included), so nothing that weighs on a timed step; none of a real GPU's, whose copy would
-        wait for its queue (witnessed runs never train on one)."""
-        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        if first is None:
-            return None
-        try:
-            with torch._C.DisableTorchFunction():
-                if first.dim() == 0 or not first.is_floating_point() or first.device.type != "cpu":
-                    return None
-                rows = first[:LEADING_ROWS].detach().to(torch.float64)
-                return tuple((rows.flatten(1).sum(1) if rows.dim() > 1 else rows).tolist())
-        except Exception as exc:  # noqa: BLE001 -- the call is recorded without its rows
-            self._failed("reading a DDP forward's rows", exc)
-            return None
-
     def describe(self, value: Any) -> Any:
         """A small JSON value describing a value from the script's namespace."""
         if value is None or isinstance(value, (bool, float)) or (isinstance(value, int) and abs(value) < 1 << 63):
@@ -457,24 +435,12 @@ class Probe:
         return self._originals["destroy_process_group"](*args, **kwargs)
 
     def _all_reduce(self, tensor, *args, **kwargs):
-        """An all-reduce the script calls itself: announced before (for the grader's witness)
-        and timed. One call is one record: inside DDP's hook, and where torch (or the virtual
-        GPUs) calls all_reduce again by its module-level name, the call passes straight through."""
+        """An all-reduce the script calls itself, timed. One call is one record: inside DDP's
+        hook, and where torch (or the virtual GPUs) calls all_reduce again by its module-level
+        name, the call passes straight through."""
         local = self._local
         if getattr(local, "in_ddp_hook", False) or getattr(local, "in_all_reduce", False) or not isinstance(tensor, torch.Tensor):
             return self._originals["all_reduce"](tensor, *args, **kwargs)
-        op = kwargs.get("op", args[0] if args else None)
-        group = kwargs.get("group", args[1] if len(args) > 1 else None)
-        try:
-            self.emit(
-                AllReduceCall,
-                shape=tuple(int(n) for n in tensor.shape),
-                dtype=str(tensor.dtype).removeprefix("torch."),
-                op=clip(getattr(op, "name", None) or str(op or "SUM").rsplit(".", 1)[-1]),
-                default_group=group is None or group is getattr(dist.group, "WORLD", None),
-            )
-        except Exception as exc:  # noqa: BLE001 - the script's call goes on whatever the recorder meets
-            self._failed("all_reduce", exc)
         mark = self.begin()
         local.in_all_reduce = True
         try:
@@ -612,8 +578,6 @@ class Probe:
         stack = self._stack()
         fields = None
         try:
-            if not stack and isinstance(module, DistributedDataParallel) and torch.is_grad_enabled():
-                self.emit(DdpForward, sync=bool(module.require_backward_grad_sync), rows=self.leading_row_sums(args))
             fields = self._call_fields(module, stack, args)
         except Exception as exc:  # noqa: BLE001
             self._failed("a forward hook", exc)

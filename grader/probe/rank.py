@@ -25,14 +25,20 @@ from grader.probe.messages import RankConfig
 PROBE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
 
 
-def _redirect_stdio(out_path: str, err_path: str) -> None:
-    """Point fds 0/1/2 at /dev/null and the rank's files, close every other inherited fd."""
+def _redirect_stdio(out_path: str, err_path: str, keep: int | None = None) -> None:
+    """Point fds 0/1/2 at /dev/null and the rank's files, close every other inherited fd (but
+    `keep`, the rank's socket to the grader's hub)."""
     null = os.open(os.devnull, os.O_RDONLY)
     out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     for fd, target in ((null, 0), (out, 1), (err, 2)):
         os.dup2(fd, target)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+    most = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024
+    if keep is None:
+        os.closerange(3, most)
+    else:
+        os.closerange(3, keep)
+        os.closerange(keep + 1, most)
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True, errors="backslashreplace")
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace")
@@ -89,25 +95,29 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def run_rank(config: RankConfig) -> None:
-    """Become one rank and run the student's script; never returns."""
+def run_rank(config: RankConfig, hub: int | None = None) -> None:
+    """Become one rank and run the student's script; never returns. `hub`: the rank's socket
+    to the grader's hub, which then carries its process groups (grader.probe.transport)."""
     code = 1
     try:
         os.environ.clear()
         os.environ.update(config.env)
         os.chdir(config.cwd)  # this is a fresh child process: its cwd is its own
-        _redirect_stdio(config.stdout, config.stderr)
+        if hub is not None and hub < 3:  # out of the way of the standard streams
+            hub, moved = os.dup(hub), hub
+            os.close(moved)
+        _redirect_stdio(config.stdout, config.stderr, hub)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         fault_file = open(config.faults, "w")  # noqa: SIM115 - kept open for the fault handler
         faulthandler.enable(file=fault_file, all_threads=True)
         faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True)
-        code = _run_script(config)
+        code = _run_script(config, hub)
     finally:
         os._exit(code)
 
 
-def _run_script(config: RankConfig) -> int:
+def _run_script(config: RankConfig, hub: int | None) -> int:
     import torch  # already imported by the zygote; here for the thread setting
 
     from grader.probe.events import Raised
@@ -115,6 +125,10 @@ def _run_script(config: RankConfig) -> int:
 
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         torch.set_num_threads(max(int(os.environ["OMP_NUM_THREADS"]), 1))
+    if hub is not None:
+        from grader.probe.transport.client import install as carry
+
+        carry(hub)
     device_of = None
     if config.virtual_gpus:
         from grader.probe.virtual import install

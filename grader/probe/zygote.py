@@ -13,10 +13,12 @@ before it forks anything: the zygote prints `forked` and reads one more line, `g
 has moved the leader into the job's cgroup, so that every process of the job is born inside
 it) or anything else (the leader exits at once). Then the leader forks the ranks, and the
 zygote prints `started` (their pids), `rank_exit` as each rank ends, and `exited` when every
-rank has ended (processes a rank left behind are killed then). A rank whose config carries a
-witness plan is the grader's witness (grader/probe/witness.py): it runs the grader's code and
-prints its report as `witness` answers; once every rank of the script has ended, it has
-WITNESS_GRACE_S more before the leader kills it (it may wait for ranks that never came). The zygote prints
+rank has ended (processes a rank left behind are killed then). A job
+with a `carrier` gets the grader's hub (grader/probe/transport/hub.py): the leader makes a
+socket pair per rank, forks the hub with one end of each and every rank with the other end of
+its own pair only; the hub carries the ranks' process groups and prints its report as
+`traffic` answers once every rank's connection has ended (after the ranks, it has
+HUB_GRACE_S before it is told to stop, and as long again before it is killed). The zygote prints
 `leader_exit` when the leader is gone, however it ended (the grader kills the leader's whole
 session on a timeout), with the number of processes the job left running that the zygote
 killed then. A request it cannot read is answered with `error`.
@@ -27,6 +29,7 @@ import ctypes
 import importlib
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -43,11 +46,12 @@ from grader.probe.messages import (
     RankPid,
     Ready,
     Started,
+    TrafficPart,
     answer_line,
     parse_request,
 )
 
-WITNESS_GRACE_S = 5.0  # after the script's ranks ended, for the witness to send its report
+HUB_GRACE_S = 2.0  # after the script's ranks ended, for the hub to end by itself (then to send its report when told)
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 KEYCTL_JOIN_SESSION_KEYRING = 1
@@ -127,9 +131,9 @@ def kill_children(rounds: int = 20) -> int:
     return running
 
 
-def _kill(pid: int) -> None:
+def _signal(pid: int, number: int) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, number)
     except OSError:
         pass
 
@@ -145,38 +149,68 @@ def _lead(job: JobRequest, gate: int | None) -> None:
         if not opened:
             os._exit(70)
     from grader.probe.rank import run_rank
-    from grader.probe.witness import run_witness
 
-    pids, witnesses = {}, set()
+    pairs = {config.rank: socket.socketpair() for config in job.ranks} if job.carrier else {}
+    hub = _fork_hub(job, pairs) if pairs else None
+    pids = {}
     for config in job.ranks:
         pid = os.fork()
         if pid == 0:
-            if config.witness is not None:
-                run_witness(job.id, config.rank, config.env, config.witness, config.stdout, config.stderr)
-            run_rank(config)
+            run_rank(config, _own_end(pairs, config.rank))
         pids[pid] = config.rank
-        if config.witness is not None:
-            witnesses.add(pid)
+    for hub_end, rank_end in pairs.values():
+        hub_end.close()
+        rank_end.close()
     _say(Started(job=job.id, leader=os.getpid(), pids=tuple(RankPid(rank, pid) for pid, rank in pids.items())))
     status = {}
-    grace_until = None
-    while len(status) < len(pids):
-        if grace_until is None and witnesses and all(str(rank) in status for pid, rank in pids.items() if pid not in witnesses):
-            # the script's ranks are gone: the witness has this long to report (less after a crash: it waits for nothing then)
-            clean = all(status[str(rank)] == "exit:0" for pid, rank in pids.items() if pid not in witnesses)
-            grace_until = time.monotonic() + (WITNESS_GRACE_S if clean else WITNESS_GRACE_S / 5)
-        pid, raw = os.waitpid(-1, os.WNOHANG if grace_until is not None else 0)
+    hub_until = None  # once the ranks ended: when the hub is told to stop (then, once told, killed)
+    hub_told = False
+    while len(status) < len(pids) or hub is not None:
+        if hub is not None and hub_until is None and len(status) == len(pids):
+            hub_until = time.monotonic() + HUB_GRACE_S
+        pid, raw = os.waitpid(-1, os.WNOHANG if hub_until is not None else 0)
         if pid == 0:
-            if time.monotonic() > grace_until:
-                for witness in witnesses:
-                    _kill(witness)
-                grace_until = float("inf")
+            now = time.monotonic()
+            if hub is not None and hub_until is not None and now > hub_until:
+                _signal(hub, signal.SIGKILL if hub_told else signal.SIGTERM)
+                hub_until, hub_told = now + HUB_GRACE_S, True
             time.sleep(0.01)
             continue
-        if pid in pids:
+        if pid == hub:
+            hub = None
+        elif pid in pids:
             status[str(pids[pid])] = _status(raw)
             _say(RankExited(job=job.id, rank=pids[pid], status=status[str(pids[pid])]))
     _say(Exited(job=job.id, status=status, leftovers=kill_children()))
+    os._exit(0)
+
+
+def _own_end(pairs: dict[int, tuple[socket.socket, socket.socket]], rank: int) -> int | None:
+    """In a forked rank: close every end of the hub's socket pairs but its own, and return that."""
+    own = None
+    for other, (hub_end, rank_end) in pairs.items():
+        hub_end.close()
+        if other == rank:
+            own = rank_end.detach()
+        else:
+            rank_end.close()
+    return own
+
+
+def _fork_hub(job: JobRequest, pairs: dict[int, tuple[socket.socket, socket.socket]]) -> int:
+    """Fork the job's hub with the hub's end of every pair; its pid."""
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    from grader.probe.transport.hub import run_hub
+
+    for _, rank_end in pairs.values():
+        rank_end.close()
+    assert job.carrier is not None
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)  # the zygote's requests are not the hub's to read
+    os.close(null)
+    run_hub(job.id, {rank: hub_end for rank, (hub_end, _) in pairs.items()}, job.carrier, lambda name, part, parts, chunk: _say(TrafficPart(job=name, part=part, parts=parts, data=chunk)))
     os._exit(0)
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Mapping, Protocol
 
 from grader.probe.events import E, Event, Frame
-from grader.probe.messages import DdpOptions, WitnessPlan, WitnessReport
+from grader.probe.messages import DdpOptions
+from grader.probe.transport.traffic import CarrierPlan, TrafficReport
 from grader.run.records import ProcessRecord
 
 
@@ -51,21 +52,15 @@ class JobSpec:
     virtual_gpus: int = 0  # CUDA devices each simulated node pretends to have (0: none)
     driver: bool = False  # the script is a grader driver: it gets the recorder (__grader_emit__)
     private: bool = False  # the grader's own code (a reference solution): its files go as soon as it ends
-    witness: WitnessPlan | None = None  # the last rank is the grader's witness (grader/probe/witness.py), on this plan
     ddp_options: DdpOptions | None = None  # every DDP the script builds takes these (the reference solution's timed launches: the submission's)
     clock_steps: int | None = None  # the steps the grader asked for, in a launch it times by its own clock (grader/checks/timing.py)
-
-    @property
-    def script_ranks(self) -> range:
-        """The ranks that run the script (all but the witness's)."""
-        return range(self.layout.world_size - (1 if self.witness is not None else 0))
+    carrier: CarrierPlan | None = None  # the grader's hub carries the ranks' process groups (grader/probe/transport), on this plan
 
     def describe(self) -> str:
-        """'2 nodes × 2 ranks, 2 virtual GPUs each' ('1 node × 2 ranks, rank 1 the grader's witness')."""
+        """'2 nodes × 2 ranks, 2 virtual GPUs each'."""
         each = " each" if self.layout.nodes > 1 else ""
         gpus = f", {self.virtual_gpus} virtual GPU{'s' if self.virtual_gpus > 1 else ''}{each}" if self.virtual_gpus else ""
-        witness = f", rank {self.layout.world_size - 1} the grader's witness" if self.witness is not None else ""
-        return self.layout.describe() + gpus + witness
+        return self.layout.describe() + gpus
 
 
 @dataclass
@@ -116,8 +111,8 @@ class JobResult:
     telemetry: dict | None = None  # per-GPU memory and utilisation the grader sampled (grader/run/telemetry.py)
     caps_hit: tuple[str, ...] = ()  # the job's caps the kernel saw it reach (memory, processes, disk), as messages
     notes: tuple[str, ...] = ()  # what the copy of the submission left out (hard links, FIFOs)
-    witness: WitnessReport | str | None = None  # the witness's report, or why none came (None: the job had no witness)
-    witness_stage: str = ""  # how far the witness got (grader.probe.messages.WITNESS_STAGES; "" not even joined)
+    traffic: TrafficReport | str | None = None  # what the hub carried, or why no report came (None: the job had no hub)
+    step_ends: tuple[float, ...] | str | None = None  # a timed launch's steps by the hub's clock, or why it cannot be timed (grader/checks/timing.py carried_work)
 
     @property
     def layout(self) -> Layout:

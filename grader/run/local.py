@@ -30,7 +30,6 @@ side while each job runs.
 """
 from __future__ import annotations
 
-import base64
 import os
 import select
 import signal
@@ -39,8 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
-import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.probe.messages import (
@@ -58,14 +56,13 @@ from grader.probe.messages import (
     Ready,
     Request,
     Started,
-    WITNESS_STAGES,
-    WitnessPart,
-    WitnessReport,
-    WitnessStage,
+    TrafficPart,
     parse_answer,
-    parse_witness_report,
     request_line,
 )
+from grader.probe.transport.traffic import TrafficReport
+from grader.probe.transport.traffic import unpack as unpack_traffic
+from grader.probe.typed import Malformed
 from grader.probe.zygote import children_of
 from grader.run import procs
 from grader.run.cgroups import Caps, Cgroups, JobGroup, Usage, open_cgroups
@@ -79,9 +76,8 @@ from grader.run.torchrun_env import rank_environment
 from grader.run.tree import TreeLimits, TreeRefused, copy_tree, empty_folder, remove_tree
 
 GRADER_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the grader package
-TOKEN_VARIABLE = "GRADER_JOB_TOKEN"
+TOKEN_VARIABLE = "TORCHELASTIC_RUN_ID"  # the run id torchrun gives its workers: here the job's token, by which the grader finds what a job left behind
 RANK_FILES = ("stdout", "stderr", "faults", "observations.jsonl")
-MAX_WITNESS_REPORT = 64 << 20  # bytes of a witness's report, unpacked
 DISK_FULL_BYTES = 1 << 20  # a grading folder with less free space than this after a job was filled by it
 
 
@@ -98,6 +94,8 @@ class LocalRunnerOptions:
         "grader.probe.rank",
         "grader.probe.observers",
         "grader.probe.virtual",
+        "grader.probe.transport.client",
+        "grader.probe.transport.hub",
     )
     ready_timeout_s: float = 180.0
     stack_wait_s: float = 2.0
@@ -348,10 +346,8 @@ class LocalRunner:
             **(IDENTITY if self.sandbox else {}),
             **self.options.extra_env,
             **job.env,
-            TOKEN_VARIABLE: token,
         }
         configs = []
-        witness = replace(job.witness, peer_records=str(job_dir / "rank0" / "observations.jsonl")) if job.witness is not None else None
         for rank in range(job.layout.world_size):
             folder = job_dir / f"rank{rank}"
             configs.append(
@@ -360,7 +356,7 @@ class LocalRunner:
                     script=str(work / job.script),
                     argv=tuple(job.argv),
                     cwd=str(work),
-                    env={**base, **rank_environment(job.layout, rank, port, token[:12])},
+                    env={**base, **rank_environment(job.layout, rank, port, token)},
                     stdout=str(folder / "stdout"),
                     stderr=str(folder / "stderr"),
                     faults=str(folder / "faults"),
@@ -370,7 +366,6 @@ class LocalRunner:
                     driver=job.driver,
                     pg_timeout_s=float(job.timeout_s + 30),
                     max_observation_bytes=self.options.observation_bytes,
-                    witness=witness if rank not in job.script_ranks else None,
                     ddp_options=job.ddp_options,
                 )
             )
@@ -414,10 +409,9 @@ class LocalRunner:
             sampler.start()
         started = time.monotonic()
         deadline = started + job.timeout_s
-        zygote.send(JobRequest(id=job.name, ranks=self._rank_configs(job, job_dir, token), hold=group is not None))
+        zygote.send(JobRequest(id=job.name, ranks=self._rank_configs(job, job_dir, token), hold=group is not None, carrier=job.carrier))
         pids: dict[int, int] = {}
-        parts: list[WitnessPart] = []
-        stage = ""
+        carried: list[TrafficPart] = []
         leader = 0
         forked = refused = False  # a leader exists; the launcher refused the job before any
         status: dict[int, str] = {}
@@ -443,10 +437,8 @@ class LocalRunner:
                 forked = True
             elif isinstance(event, RankExited):
                 status[event.rank] = event.status
-            elif isinstance(event, WitnessPart) and event.job == job.name:
-                parts.append(event)
-            elif isinstance(event, WitnessStage) and event.job == job.name and event.stage in WITNESS_STAGES:
-                stage = event.stage
+            elif isinstance(event, TrafficPart) and event.job == job.name:
+                carried.append(event)
             elif isinstance(event, Exited):
                 leftovers = event.leftovers
             elif isinstance(event, LeaderExited):
@@ -481,8 +473,8 @@ class LocalRunner:
         launcher_lost = not leader_gone and not zygote.alive()
         if launcher_lost:
             domain.stop()  # the next job starts a new launcher
-        ranks = [self._rank_result(job, job_dir, rank, status.get(rank)) for rank in job.script_ranks]
-        witness = None if job.witness is None else witness_report(parts, status.get(job.layout.world_size - 1), timed_out, stage)
+        ranks = [self._rank_result(job, job_dir, rank, status.get(rank)) for rank in range(job.layout.world_size)]
+        traffic = None if job.carrier is None else traffic_report(carried, timed_out)
         caps = self._caps_hit(group.usage() if group is not None else None, domain)
         return JobResult(
             spec=job,
@@ -495,8 +487,7 @@ class LocalRunner:
             error=error,
             caps_hit=caps,
             notes=notes,
-            witness=witness,
-            witness_stage=stage,
+            traffic=traffic,
         )
 
     def _admit(self, zygote: _Zygote, leader: int, group: JobGroup) -> str | None:
@@ -566,22 +557,18 @@ WAITED_FOR = {
 }
 
 
-def witness_report(parts: list[WitnessPart], status: str | None, timed_out: bool, stage: str = "") -> WitnessReport | str:
-    """The witness's report from its parts, or why there is none (`stage`: how far it got)."""
+def traffic_report(parts: list[TrafficPart], timed_out: bool) -> TrafficReport | str:
+    """The hub's report from its parts, or why there is none."""
     if not parts:
-        waited = WAITED_FOR.get(stage, "")
-        if timed_out and status is None:
-            return f"it was still waiting for {waited} when the run timed out"
-        return f"it was stopped ({status or 'unseen'}) while it waited for {waited}, after they had ended"
+        return "the job was stopped before the grader's hub could report" if timed_out else "the grader's hub sent no report (was it killed?)"
     total = parts[0].parts
-    data = {part.part: part.data for part in parts if part.parts == total}
-    if sorted(data) != list(range(total)):
-        return f"it sent {len(data)} of {total} parts of its report"
+    chunks = {part.part: part.data for part in parts if part.parts == total}
+    if total < 1 or sorted(chunks) != list(range(total)):
+        return f"the grader's hub sent {len(chunks)} of {total} parts of its report"
     try:
-        unpacked = zlib.decompressobj().decompress(base64.b64decode("".join(data[i] for i in range(total)), validate=True), MAX_WITNESS_REPORT)
-        return parse_witness_report(unpacked)
-    except (ValueError, zlib.error, BadMessage) as exc:
-        return f"its report could not be read: {exc}"
+        return unpack_traffic([chunks[i] for i in range(total)])
+    except Malformed as exc:
+        return f"the grader's hub's report could not be read: {exc}"
 
 
 def _size(path: Path) -> int:

@@ -104,12 +104,20 @@ def _load_args(node: _Node) -> dict[str, Any]:
     return dict(node.data)
 
 
+def _load_draw(node: _Node) -> dict[str, tuple[Any, ...]]:
+    """Arguments drawn anew for every grading: name -> the values one is drawn from."""
+    for name, values in node.data.items():
+        if not _identifier(name) or not isinstance(values, list) or not 1 <= len(values) <= 1000 or not all(_scalar(v) for v in values):
+            raise SpecError(node.file, node.key(str(name)), "a Python identifier with a list of 1 to 1000 numbers, strings or true/false to draw from", values)
+    return {name: tuple(values) for name, values in node.data.items()}
+
+
 def _load_runs(top: _Node) -> tuple[RunDef, ...]:
     items = top.get("runs", "a non-empty list of runs", lambda v: isinstance(v, list) and len(v) > 0)
     runs: list[RunDef] = []
     for index, item in enumerate(items):
         node = _Node(top.file, f"runs[{index}]", item)
-        node.only("name", "nodes", "ranks_per_node", "virtual_gpus", "script", "args", "solution", "witness")
+        node.only("name", "nodes", "ranks_per_node", "virtual_gpus", "script", "args", "solution", "carried")
         name = node.get("name", "a name (letters, digits, _ . -)", _name)
         if any(r.name == name for r in runs):
             raise SpecError(top.file, node.key("name"), "a name no other run has", name)
@@ -125,7 +133,7 @@ def _load_runs(top: _Node) -> tuple[RunDef, ...]:
                 script=node.get("script", "the file name of a script of the submission", _script, None),
                 args=_load_args(node.child("args", default={})),
                 solution=node.get("solution", "a practical's id (its reference solution runs instead of the submission)", _practical_id, None),
-                witness=node.get("witness", "true or false (the last rank is the grader's witness; it needs 2 ranks or more)", lambda v: isinstance(v, bool) and (not v or layout.world_size >= 2), False),
+                carried=node.get("carried", "true or false (the grader's hub carries the ranks' process groups)", lambda v: isinstance(v, bool), False),
             )
         )
     return tuple(runs)
@@ -210,8 +218,9 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         where = f" at line {mark.line + 1}" if mark else ""
         raise SpecError(path, "(file)", "valid YAML", f"<{getattr(exc, 'problem', None) or exc}{where}>") from None
     top = _Node(path, "", data)
-    top.only("id", "title", "script", "seed_argument", "args", "variables", "timeouts", "runs", "checks", "answers", "manual_answers", "sandbox", "timing")
+    top.only("id", "title", "script", "seed_argument", "args", "draw", "variables", "timeouts", "runs", "checks", "answers", "manual_answers", "sandbox", "timing")
     args = _load_args(top.child("args", default={}))
+    draw = _load_draw(top.child("draw", default={}))
     timeouts = top.child("timeouts", default={})
     timeouts.only("run_s", "total_s")
     run_timeout = float(timeouts.get("run_s", "a number of seconds > 0", _number(strict=True), 60))
@@ -236,6 +245,7 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
         sandbox=top.get("sandbox", "required or preferred", lambda v: v in ("required", "preferred"), "preferred"),
         answers=top.get("answers", "the file name of the answers (.yaml)", lambda v: isinstance(v, str) and v.endswith((".yaml", ".yml")) and "/" not in v, None),
         timing=timing,
+        draw=draw,
         manual_answers=tuple(top.get("manual_answers", "a list of dotted keys of the answers file", lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v), [])),
     )
 

@@ -21,14 +21,14 @@ class RunDef:
     script: str | None = None  # another script than the assignment's
     args: Mapping[str, Any] = field(default_factory=dict)  # arguments that differ in this run
     solution: str | None = None  # run this practical's reference solution, not the submission (its own args only)
-    witness: bool = False  # the last rank is the grader's witness (the practical's `witness_plan`), not the script
+    carried: bool = False  # the grader's hub carries the ranks' process groups (grader/probe/transport): verdicts about communication rest on its traffic
 
 
 @dataclass(frozen=True)
 class Timing:
     """The timing protocol of the spec's speed checks: each timed run is launched `repeats`
     times, interleaved with the reference solution's launches, and the first `warmup_steps`
-    optimizer steps of every launch are not timed. A timed run without the grader's witness is
+    optimizer steps of every launch are not timed. A timed run the grader's hub does not carry is
     timed by the grader's clock: each of its launches is a pair, one with the run's
     `steps_argument` and one with `clock_factor` times as many steps (grader/checks/timing.py)."""
 
@@ -75,6 +75,7 @@ class Assignment:
     answers: str | None = None  # the submission's answers file (YAML), if the practical has one
     manual_answers: tuple[str, ...] = ()  # dotted keys of free-text answers, graded by people
     timing: Timing = Timing()
+    draw: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # argument -> the values one is drawn from per grading (as the seed is)
 
     @property
     def max_score(self) -> float:

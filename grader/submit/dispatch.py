@@ -46,7 +46,7 @@ def job_minutes(course: Course, practical: str) -> int:
     return time_limits(load_practical(course, practical).assignment).job_minutes
 
 
-GRADER_MEMORY_MB = 1024  # the grader's own process beside a launch: the witness, the reference computations
+GRADER_MEMORY_MB = 1024  # the grader's own process beside a launch: the hub, the reference computations
 
 
 def job_size(course: Course, practical: str, world_size: int | None = None) -> JobSize:

@@ -123,6 +123,11 @@ class Channel:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, option, 4 << 20)
+            except OSError:
+                pass
         self._lock = threading.Lock()  # the socket's sending side, in program order
         self._table = threading.Lock()  # the calls waiting for their answers
         self._next = 0
@@ -130,9 +135,9 @@ class Channel:
         self._lost: str | None = None
         self._started = False
 
-    def register(self, name: str, ranks: Sequence[int]) -> None:
+    def register(self, name: str, ranks: Sequence[int], member: int) -> None:
         with self._lock:
-            self._send(request_frame(Group(name, tuple(ranks))), ())
+            self._send(request_frame(Group(name, tuple(ranks), member)), ())
 
     def call(self, group: str, kind: str, inputs: Sequence[torch.Tensor] = (), outputs: Sequence[torch.Tensor] = (), *, reduce: str = "", root: int = -1, peer: int = -1, tag: int = 0, result: Any = None) -> _Work:
         """Send one operation; the Work's future completes with `result` (the outputs when None)
@@ -177,15 +182,14 @@ class Channel:
         reader = FrameReader()
         while True:
             try:
-                data = self.sock.recv(1 << 20)
-            except OSError:
-                data = b""
-            if not data:
-                self._lose("the connection to the other ranks was lost")
-                return
-            reader.feed(data)
+                still_open = reader.read_from(self.sock)
+            except (OSError, wire.BadFrame):
+                still_open = False
             for header, payload in reader.frames():
                 self._answered(parse_answer(header), payload)
+            if not still_open:
+                self._lose("the connection to the other ranks was lost")
+                return
 
     def _answered(self, done: Done, payload: bytearray) -> None:
         with self._table:
@@ -319,7 +323,7 @@ def _creator(channel: Channel) -> Callable[..., CarriedGroup]:
     def create(options: Any, backend_options: Any = None) -> CarriedGroup:
         ranks = list(options.global_ranks_in_group) or list(range(options.group_size))
         name = str(options.group_id)
-        channel.register(name, ranks)
+        channel.register(name, ranks, options.group_rank)
         return CarriedGroup(options.group_rank, options.group_size, name, channel)
 
     return create

@@ -106,7 +106,8 @@ def mismatch(calls: Mapping[int, Call]) -> str | None:
 
 
 def _reduce(tensors: Sequence[torch.Tensor], op: str) -> torch.Tensor:
-    result = tensors[0].clone()
+    """The reduction of `tensors` (into the first of them, whose buffer the hub owns)."""
+    result = tensors[0]
     for more in tensors[1:]:
         if op in ("SUM", "AVG"):
             result += more
@@ -129,7 +130,8 @@ def _reduce(tensors: Sequence[torch.Tensor], op: str) -> torch.Tensor:
 
 def deliver(calls: Mapping[int, Call], inputs: Mapping[int, Sequence[torch.Tensor]]) -> dict[int, list[torch.Tensor]]:
     """What each member (by rank in the group) receives from one well-formed collective (no
-    `mismatch`), given every member's input tensors."""
+    `mismatch`), given every member's input tensors. A reduction is made in the first member's
+    input tensors (the hub's own copy of what it sent): read them before, not after."""
     ranks = sorted(calls)
     first = calls[ranks[0]]
     kind, op, root = first.kind, first.reduce, first.root

@@ -41,7 +41,7 @@ from grader.probe.transport.traffic import Carried, CarrierPlan, GroupRecord, Pa
 from grader.probe.transport.wire import BadFrame, Call, Done, FrameReader, Group, TensorMeta, answer_frame, parse_request
 
 MAX_CARRIED = 1 << 16  # operations listed in a report; later ones are counted, not listed
-READ_BYTES = 1 << 20
+SOCKET_BUFFER = 4 << 20  # asked for each connection's kernel buffers (the kernel may give less)
 KEPT_KINDS = ("all_reduce", "reduce", "reduce_scatter", "broadcast")
 
 
@@ -61,6 +61,7 @@ class _Group:
     count: dict[int, int] = field(default_factory=dict)  # collectives called so far, by global rank
     pending: dict[int, _Pending] = field(default_factory=dict)  # by index in the group's sequence
     failed: dict[int, str] = field(default_factory=dict)  # abandoned collectives: a late member gets their error
+    joined: list[int] = field(default_factory=list)  # the members that registered it, in order
 
     def member(self, rank: int) -> int:
         return self.ranks.index(rank)
@@ -87,6 +88,7 @@ class Hub:
         self._ranks = {rank: _Rank(sock) for rank, sock in sockets.items()}
         for sock in sockets.values():
             sock.setblocking(False)
+            _widen(sock)
         self._groups: dict[str, _Group] = {}
         self._mail: dict[tuple[str, int, int, int], deque] = {}  # (group, from, to, tag) -> sends not received yet
         self._receiving: list[tuple[int, Call, float]] = []  # recvs waiting for a send: (rank, call, arrived)
@@ -104,11 +106,14 @@ class Hub:
         self._stopped = True
 
     def serve(self) -> TrafficReport:
-        while not self._stopped and any(r.end is None or r.out for r in self._ranks.values()):
+        """Carry until every connection has ended (or, once `stop` was called, until nothing
+        more is waiting to be read); the report."""
+        while any(r.end is None or r.out for r in self._ranks.values()):
+            stopping = self._stopped
             live = {r.sock.fileno(): rank for rank, r in self._ranks.items() if r.end is None}
             writing = {r.sock.fileno(): rank for rank, r in self._ranks.items() if r.out and r.sock.fileno() >= 0}
             try:
-                readable, writable, _ = select.select(list(live), list(writing), [], self._next_deadline())
+                readable, writable, _ = select.select(list(live), list(writing), [], 0 if stopping else self._next_deadline())
             except InterruptedError:
                 continue
             except OSError as exc:
@@ -120,6 +125,8 @@ class Hub:
             for fd in readable:
                 self._read(live[fd])
             self._expire()
+            if stopping and not readable:
+                break
         return self.report()
 
     def _next_deadline(self) -> float:
@@ -132,16 +139,13 @@ class Hub:
     def _read(self, rank: int) -> None:
         state = self._ranks[rank]
         try:
-            data = state.sock.recv(READ_BYTES)
-        except BlockingIOError:
+            still_open = state.reader.read_from(state.sock)
+        except BadFrame as exc:
+            self._end(rank, f"broken: {exc}")
             return
         except OSError as exc:
             self._end(rank, f"broken: its connection failed ({exc.strerror or exc})")
             return
-        if not data:
-            self._end(rank, "closed" if not state.reader.pending else "broken: it closed its connection in the middle of a call")
-            return
-        state.reader.feed(data)
         try:
             for header, payload in state.reader.frames():
                 request = parse_request(header, len(payload))
@@ -152,6 +156,9 @@ class Hub:
                     self._call(rank, request, payload)
         except BadFrame as exc:
             self._end(rank, f"broken: {exc}")
+            return
+        if not still_open:
+            self._end(rank, "closed" if not state.reader.pending else "broken: it closed its connection in the middle of a call")
 
     def _flush(self, rank: int) -> None:
         state = self._ranks[rank]
@@ -175,11 +182,18 @@ class Hub:
     def _join(self, rank: int, request: Group) -> None:
         if rank not in request.ranks or any(r >= self.world for r in request.ranks):
             raise BadFrame(f"rank {rank} registered group {request.name[:40]!r} of ranks {list(request.ranks)[:8]}")
+        if request.ranks[request.member] != rank:
+            raise BadFrame(
+                f"rank {rank}'s process group {request.name[:40]!r} says it is rank {request.member} of {len(request.ranks)} "
+                "(init_process_group's rank must be the launcher's RANK)"
+            )
         known = self._groups.get(request.name)
         if known is None:
-            self._groups[request.name] = _Group(request.name, request.ranks)
+            known = self._groups[request.name] = _Group(request.name, request.ranks)
         elif known.ranks != request.ranks:
             raise BadFrame(f"group {request.name[:40]!r} has ranks {list(known.ranks)[:8]} for its other members, {list(request.ranks)[:8]} for rank {rank}")
+        if rank not in known.joined:
+            known.joined.append(rank)
 
     def _call(self, rank: int, call: Call, payload: bytearray) -> None:
         group = self._groups.get(call.group)
@@ -208,6 +222,7 @@ class Hub:
     def _complete(self, group: _Group, index: int) -> None:
         pending = group.pending.pop(index)
         problem = mismatch(pending.calls)
+        parts = self._parts(group, pending, keep=problem is None)  # before delivering: a reduction works in the first sender's buffer
         outputs: dict[int, list[torch.Tensor]] = {}
         if problem is None:
             outputs = deliver(pending.calls, pending.inputs)
@@ -217,7 +232,7 @@ class Hub:
                     problem = f"rank {group.ranks[member]} called {describe_call(call)}: {wrong}"
                     break
         error = f"collective {index + 1} of {_group_text(group)}: {problem}" if problem else None
-        self._log(group, index, pending, error)
+        self._log(group, index, pending, parts, error)
         if error:
             group.failed[index] = error
         for member, call in pending.calls.items():
@@ -230,7 +245,7 @@ class Hub:
         pending = group.pending.pop(index, None)
         if pending is None:
             return
-        self._log(group, index, pending, text)
+        self._log(group, index, pending, self._parts(group, pending, keep=False), text)
         for member, call in pending.calls.items():
             self._answer(group.ranks[member], Done(call.id, (), -1, text), [])
 
@@ -323,12 +338,12 @@ class Hub:
         state.out.append(answer_frame(done))
         for tensor in tensors:
             if tensor.numel():
-                state.out.append(memoryview(_raw(tensor)))
+                state.out.append(_raw(tensor))
         self._flush(rank)
 
     def _part(self, rank: int, call: Call, tensors: list[torch.Tensor], at: float, keep: bool) -> Part:
         floating = [t.is_floating_point() for t in tensors]
-        sums = tuple(float(t.double().sum()) if f and t.numel() else 0.0 for t, f in zip(tensors, floating))
+        sums = tuple(float(t.sum()) if f and t.numel() else 0.0 for t, f in zip(tensors, floating))  # in the tensor's own precision: float64 costs a copy
         size = sum(t.numel() * t.element_size() for t in tensors)
         data = ""
         if keep and all(floating) and tensors and self._kept + size <= self.plan.keep_bytes:
@@ -336,16 +351,20 @@ class Hub:
             data = base64.b64encode(b"".join(_raw(t) for t in tensors)).decode()
         return Part(rank, at, call.inputs, data, sums)
 
-    def _log(self, group: _Group, index: int, pending: _Pending, error: str | None) -> None:
+    def _parts(self, group: _Group, pending: _Pending, keep: bool) -> tuple[Part, ...]:
+        """Each member's part in a collective, for the record (its data kept where `keep` and the
+        kind is one whose data the grader reads)."""
+        if len(self._carried) >= MAX_CARRIED:
+            return ()
+        kind = next(iter(pending.calls.values())).kind
+        keep = keep and kind in KEPT_KINDS and (kind != "broadcast" or self.plan.keep_broadcasts)
+        return tuple(self._part(group.ranks[member], call, pending.inputs[member], pending.arrived[member], keep) for member, call in sorted(pending.calls.items()))
+
+    def _log(self, group: _Group, index: int, pending: _Pending, parts: tuple[Part, ...], error: str | None) -> None:
         if len(self._carried) >= MAX_CARRIED:
             self._omitted += 1
             return
         first = next(iter(pending.calls.values()))
-        keep = first.kind in KEPT_KINDS and error is None
-        parts = tuple(
-            self._part(group.ranks[member], call, pending.inputs[member], pending.arrived[member], keep)
-            for member, call in sorted(pending.calls.items())
-        )
         root = group.ranks[first.root] if 0 <= first.root < len(group.ranks) else -1
         self._carried.append(Carried(group.name, index, first.kind, first.reduce, root, self.now(), parts, error))
 
@@ -359,8 +378,17 @@ class Hub:
     def report(self) -> TrafficReport:
         now = self.now()
         ends = tuple(r.end or RankEnd(rank, now, "open") for rank, r in sorted(self._ranks.items()))
-        groups = tuple(GroupRecord(g.name, g.ranks) for g in self._groups.values())
+        groups = tuple(GroupRecord(g.name, g.ranks, tuple(g.joined)) for g in self._groups.values())
         return TrafficReport(self.world, groups, tuple(self._carried), ends, self._omitted, self._kept)
+
+
+def _widen(sock: socket.socket) -> None:
+    """Ask for large kernel buffers: a gradient bucket then crosses in few system calls."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        except OSError:
+            pass
 
 
 def _group_text(group: _Group) -> str:
@@ -371,12 +399,12 @@ def _name(tensor: torch.Tensor) -> str:
     return NAME_OF[tensor.dtype]
 
 
-def _raw(tensor: torch.Tensor) -> bytes:
-    """A CPU tensor's bytes, C-contiguous."""
+def _raw(tensor: torch.Tensor) -> memoryview:
+    """A CPU tensor's bytes, C-contiguous (a view of it where it is contiguous already)."""
     flat = tensor.detach().contiguous().reshape(-1)
     if flat.dtype == torch.bool:
         flat = flat.to(torch.uint8)
-    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
 
 
 def run_hub(job: str, sockets: dict[int, socket.socket], plan: CarrierPlan, say: Callable[[str, int, int, str], None]) -> None:

@@ -28,7 +28,8 @@ class CarrierPlan:
     how many bytes of what the members sent it keeps for the grader."""
 
     wait_s: float  # from a collective's first member to its last, at most
-    keep_bytes: int  # raw bytes of floating-point inputs of reductions and broadcasts kept (beyond: only their sums)
+    keep_bytes: int  # raw bytes of floating-point inputs of reductions (and broadcasts) kept, at most (beyond: only their sums)
+    keep_broadcasts: bool = True  # broadcasts' data count too (DDP's start: whether it was built); a timed launch keeps reductions only
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Part:
     at: float  # seconds on the hub's clock when its call arrived
     inputs: tuple[TensorMeta, ...]
     data: Blob  # its inputs' bytes, one after the other; "" when not kept
-    sums: tuple[Value, ...]  # per input: the sum of its elements in float64 (0 for whole numbers)
+    sums: tuple[Value, ...]  # per input: the sum of its elements, in its own precision (0 for whole numbers)
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,9 @@ class Carried:
 class GroupRecord:
     """A process group as its members registered it."""
 
-    name: str
-    ranks: tuple[int, ...]
+    name: str  # c10d's: "0" is the default group
+    ranks: tuple[int, ...]  # its members' global ranks
+    joined: tuple[int, ...]  # the members that registered it (created it in their process)
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def parse_report(text: str | bytes) -> TrafficReport:
 
 def pack(report: TrafficReport) -> list[str]:
     """The report as base64 chunks of its compressed line, each under PART_CHARS."""
-    data = base64.b64encode(zlib.compress(report_line(report).encode(), 6)).decode()
+    data = base64.b64encode(zlib.compress(report_line(report).encode(), 1)).decode()  # level 1: what it holds is mostly floats, which hardly compress
     return [data[i : i + PART_CHARS] for i in range(0, len(data), PART_CHARS)] or [""]
 
 

@@ -15,6 +15,7 @@ collective it was part of fails for the others with it.
 from __future__ import annotations
 
 import math
+import socket
 import struct
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -84,6 +85,7 @@ class Group:
     op: ClassVar[str] = "group"
     name: str
     ranks: tuple[int, ...]
+    member: int  # the registering rank's rank in the group, as its process group says
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,8 @@ def _valid_metas(metas: tuple[TensorMeta, ...], what: str) -> None:
 def check_request(request: Request) -> Request:
     """`request`, when its values are in range; BadFrame otherwise."""
     if isinstance(request, Group):
-        if not request.ranks or len(set(request.ranks)) != len(request.ranks) or min(request.ranks) < 0:
-            raise BadFrame(f"group {request.name[:40]!r} lists its members as {list(request.ranks)[:8]}")
+        if not request.ranks or len(set(request.ranks)) != len(request.ranks) or min(request.ranks) < 0 or not 0 <= request.member < len(request.ranks):
+            raise BadFrame(f"group {request.name[:40]!r} lists its members as {list(request.ranks)[:8]}, this one as its rank {request.member}")
         return request
     what = f"call {request.id}"
     if request.kind not in KINDS:
@@ -185,33 +187,73 @@ def parse_answer(header: bytes) -> Done:
 
 
 class FrameReader:
-    """Frames out of a byte stream that arrives in pieces (`feed`), whole ones out of `frames`.
-    A prefix that announces more than MAX_HEADER or MAX_PAYLOAD bytes raises BadFrame at once,
-    before the bytes are waited for."""
+    """Frames out of a socket, read straight into buffers of their size (`read_from`), whole
+    ones out of `frames`. A prefix that announces more than MAX_HEADER or MAX_PAYLOAD bytes
+    raises BadFrame at once, before the bytes are waited for."""
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._prefix = bytearray(PREFIX.size)
+        self._header = bytearray()
+        self._payload = bytearray()
+        self._part = 0  # 0: the prefix, 1: the header, 2: the payload
+        self._got = 0  # bytes of the current part received
+        self._done: list[tuple[bytes, bytearray]] = []
+
+    def _target(self) -> bytearray:
+        return (self._prefix, self._header, self._payload)[self._part]
+
+    def _advance(self) -> None:
+        """The current part is whole: on to the next (or the frame is)."""
+        self._got = 0
+        if self._part == 0:
+            head, body = PREFIX.unpack(self._prefix)
+            if head > MAX_HEADER or body > MAX_PAYLOAD:
+                raise BadFrame(f"a frame announces a {head}-byte header and a {body}-byte payload, over the transport's bounds")
+            self._header, self._payload = bytearray(head), bytearray(body)
+            self._part = 1
+        elif self._part == 1:
+            self._part = 2
+        else:
+            self._done.append((bytes(self._header), self._payload))
+            self._part = 0
+        if self._part and not len(self._target()):
+            self._advance()
 
     def feed(self, data: bytes) -> None:
-        self._buffer += data
+        """Take bytes received some other way (tests, a stream that is not a socket)."""
+        view = memoryview(data)
+        while len(view):
+            target = self._target()
+            take = min(len(target) - self._got, len(view))
+            target[self._got : self._got + take] = view[:take]
+            self._got += take
+            view = view[take:]
+            if self._got == len(target):
+                self._advance()
+
+    def read_from(self, sock: socket.socket) -> bool:
+        """Receive what `sock` has (all of it, on a non-blocking socket; at least a little, on a
+        blocking one); False once it is closed. BlockingIOError ends a non-blocking read."""
+        while True:
+            target = self._target()
+            try:
+                count = sock.recv_into(memoryview(target)[self._got :])
+            except BlockingIOError:
+                return True
+            if count == 0:
+                return False
+            self._got += count
+            if self._got == len(target):
+                self._advance()
+            if sock.getblocking() and self._done:
+                return True
 
     def frames(self) -> list[tuple[bytes, bytearray]]:
         """The (header, payload) of every whole frame received so far."""
-        done = []
-        while len(self._buffer) >= PREFIX.size:
-            head, body = PREFIX.unpack_from(self._buffer)
-            if head > MAX_HEADER or body > MAX_PAYLOAD:
-                raise BadFrame(f"a frame announces a {head}-byte header and a {body}-byte payload, over the transport's bounds")
-            end = PREFIX.size + head + body
-            if len(self._buffer) < end:
-                break
-            header = bytes(self._buffer[PREFIX.size : PREFIX.size + head])
-            payload = bytearray(self._buffer[PREFIX.size + head : end])
-            del self._buffer[:end]
-            done.append((header, payload))
+        done, self._done = self._done, []
         return done
 
     @property
     def pending(self) -> int:
         """Bytes received of a frame not whole yet."""
-        return len(self._buffer)
+        return self._got + sum(len(part) for part in (self._prefix, self._header)[: self._part])

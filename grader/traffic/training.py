@@ -1,0 +1,348 @@
+"""Data-parallel training as the grader's hub saw it: which all-reduces carried each step's
+gradients, what they delivered, and what each rank contributed.
+
+The grader recomputes each step itself (a `Workload`: the template's model on the grading's
+data) and reads the hub's record of the ranks' all-reduces (grader.traffic.report). Step k is
+data-parallel training when, after step k-1's reductions:
+
+  * some all-reduces deliver, between them, every parameter's full-batch gradient at the
+    step's parameters, times one scale (a mean or a summed loss; averaged by DDP or summed by
+    hand): `locate` finds each parameter's gradient in them by its values, whatever the
+    bucket layout;
+  * what each rank sent to them (summed over the step's reductions of those buckets, earlier
+    micro-batches' included) differs from the other ranks' exactly as its shard's gradient
+    differs from theirs: each rank computed the gradient of its own equal share of the batch,
+    not of the whole batch or of nothing.
+
+"The step's parameters" are single-process training's (`at_reference`), or else, where its
+records claim other parameters before the step (a script whose update differs), those: a claim
+fits only if every rank sent the gradients of exactly those parameters, which takes the work.
+"Its shard" is the rows the rank's records say it fed, where they form an equal split of the
+batch, else each layout a correct script may use (grader.traffic.shards). Records only choose
+what is tried: nothing passes that the traffic does not show.
+
+What a step cannot show is whether the update after the last step was applied; the checks
+say where they rest on records for it (grader.checks.distributed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+
+from grader.probe.transport.traffic import TrafficReport
+from grader.traffic.locate import Located, locate
+from grader.traffic.report import Reduction, kept_tensors, others, reductions
+from grader.traffic.shards import SHARD_LAYOUTS, shard_rows
+
+if TYPE_CHECKING:  # torch comes with the data: the grader's command line starts without it
+    import torch
+
+Params = Mapping[str, "torch.Tensor"]  # parameter name -> values, flat float64
+
+
+class Workload(Protocol):
+    """The grader's own computation of a data-parallel run (grader.practicals.reference)."""
+
+    names: tuple[str, ...]
+    world: int
+    batch_size: int
+    steps: int
+
+    def gradient(self, theta: Params, step: int, rows: Sequence[int]) -> dict[str, torch.Tensor]:
+        """The mean loss's gradient over `rows` of step `step`'s batch at parameters `theta`."""
+
+    def parameters(self, used: Sequence[Sequence[int]]) -> Params:
+        """Single-process training's parameters after len(used) steps, step i on rows used[i]."""
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What the ranks' records say, to choose what is tried (never believed on its own)."""
+
+    rows: Mapping[int, Mapping[int, tuple[int, ...]]] = field(default_factory=dict)  # rank -> step -> the rows it fed
+    params: Mapping[int, Params] = field(default_factory=dict)  # step -> rank 0's parameters before it
+
+
+@dataclass(frozen=True)
+class StepSeen:
+    """One training step in the traffic."""
+
+    step: int
+    syncs: tuple[int, ...]  # positions in the report of the all-reduces that carried its gradients
+    final: tuple[int, ...]  # those of them that delivered the whole of it
+    scale: float  # what they delivered = scale × the full-batch gradient
+    rows: tuple[tuple[int, ...], ...]  # each rank's shard, as its contribution shows
+    layout: str  # "records" (the rows the ranks' records name) or a layout of grader.traffic.shards
+    at_reference: bool  # at single-process training's parameters
+    end: float  # the hub's clock when its last sync was delivered
+
+
+@dataclass(frozen=True)
+class TrainingSeen:
+    """Every step the traffic shows, and why it shows no more (None: all of them)."""
+
+    steps: tuple[StepSeen, ...]
+    problem: str | None
+    others: tuple[str, ...]  # the other operations, described (a loss all-reduced for the log, a barrier, ...)
+    reductions: int  # all-reduces of floating-point values in all
+    shards_wrong: bool = False  # the problem: the full-batch gradient arrived, but not every rank sent its shard's
+    unkept: bool = False  # the steps stop where the hub kept no more data (its plan's keep_bytes): no problem
+    started: bool = False  # rank 0 broadcast the model's initial parameters before the first step (as DDP does when it is built)
+
+    def syncs_per_step(self) -> list[int]:
+        return [len(step.syncs) for step in self.steps]
+
+
+@dataclass(frozen=True)
+class _Try:
+    rows: tuple[tuple[int, ...], ...]
+    layout: str
+    theta: Params
+    at_reference: bool
+
+
+def _equal_split(rows: Sequence[Sequence[int]], batch: int, world: int) -> bool:
+    want = batch // world
+    flat = [r for shard in rows for r in shard]
+    return len(rows) == world and all(len(shard) == want for shard in rows) and len(set(flat)) == len(flat) and all(0 <= r < batch for r in flat)
+
+
+def _shards(workload: Workload, claims: Claims, step: int) -> list[tuple[tuple[tuple[int, ...], ...], str]]:
+    """The splits to try for a step: the records' (when an equal split), then every layout."""
+    world, batch = workload.world, workload.batch_size
+    tried = []
+    recorded = tuple(claims.rows.get(rank, {}).get(step, ()) for rank in range(world))
+    if _equal_split(recorded, batch, world):
+        tried.append((recorded, "records"))
+    for layout in SHARD_LAYOUTS:
+        split = tuple(tuple(shard_rows(layout, batch, world, rank)) for rank in range(world))
+        if all(split != known for known, _ in tried):
+            tried.append((split, layout))
+    return tried
+
+
+def _mean(grads: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    import torch
+
+    return {name: torch.stack([g[name] for g in grads]).mean(0) for name in grads[0]}
+
+
+@dataclass(frozen=True)
+class _Scan:
+    located: dict[str, tuple[int, Located]]  # name -> (index in the reductions, where)
+    final: list[int]
+    sizes: dict[str, int]  # name -> its gradient's size
+
+    @property
+    def first(self) -> int:
+        return self.final[0]
+
+    @property
+    def last(self) -> int:
+        return self.final[-1]
+
+    @property
+    def scale(self) -> float:
+        return next(iter(self.located.values()))[1].scale
+
+
+def _scan(reds: Sequence[Reduction], start: int, full: Mapping[str, torch.Tensor], rtol: float) -> _Scan | None:
+    """The reductions from `start` that deliver every parameter of `full` (one scale for all);
+    None when they never do."""
+    located: dict[str, tuple[int, Located]] = {}
+    final: list[int] = []
+    scale = None
+    for index in range(start, len(reds)):
+        red = reds[index]
+        if not red.kept:
+            if len(located) == len(full):
+                break
+            continue
+        here = locate(red.delivered, full, rtol, scale=scale)
+        if scale is None and here:
+            scale = next(iter(here.values())).scale
+        if not here:
+            if len(located) == len(full):
+                break
+            continue
+        located.update({name: (index, at) for name, at in here.items()})
+        final.append(index)
+    if len(located) < len(full) or not final:
+        return None
+    return _Scan(located, final, {name: want.numel() for name, want in full.items()})
+
+
+def _contributions(reds: Sequence[Reduction], scan: _Scan, start: int, ranks: Sequence[int], first: Mapping[str, int] | None = None) -> tuple[dict[int, dict[str, torch.Tensor]], list[int]]:
+    """What each rank sent towards each parameter in the step: in the reduction that delivered
+    it, and in the earlier ones of the same size since `start` that delivered nothing whole (a
+    sync per micro-batch, each a part of the step's gradient); and the positions of every
+    reduction that counted. Each parameter lies where the delivering reduction has it, but in
+    the first earlier one where `first` (name -> offset) says: DDP builds its buckets anew
+    after its first backward pass, in another order."""
+    sizes = {reds[i].numel for i in scan.final}
+    earlier = [i for i in range(start, scan.first) if reds[i].kept and reds[i].numel in sizes]
+    sent: dict[int, dict[str, torch.Tensor]] = {rank: {} for rank in ranks}
+    for name, (index, at) in scan.located.items():
+        for i in [*earlier, index]:
+            if reds[i].numel != reds[index].numel:
+                continue
+            offset = first[name] if first is not None and earlier and i == earlier[0] else at.offset
+            for rank in ranks:
+                piece = reds[i].summed(rank)[offset : offset + scan.sizes[name]]
+                sent[rank][name] = sent[rank].get(name, 0) + piece
+    return sent, sorted({*earlier, *scan.final})
+
+
+def _orders(sizes: Mapping[str, int]) -> list[dict[str, int] | None]:
+    """The layouts to try for a step's first earlier reduction: the delivering one's, then the
+    parameters one after the other in their order and in reverse (DDP's buckets before it
+    rebuilds them)."""
+    tried: list[dict[str, int] | None] = [None]
+    for names in (list(sizes), list(reversed(sizes))):
+        offsets, at = {}, 0
+        for name in names:
+            offsets[name] = at
+            at += sizes[name]
+        tried.append(offsets)
+    return tried
+
+
+def _per_rank(sent: Mapping[int, Mapping[str, torch.Tensor]], shards: Sequence[Mapping[str, torch.Tensor]], scale: float, ranks: Sequence[int], rtol: float, atol: float) -> str | None:
+    """Why what a rank sent is not its shard's gradient (each rank's deviation from the ranks'
+    mean, against its shard's deviation from theirs, at the delivered scale); None when all are."""
+    world = len(ranks)
+    if world < 2:
+        return None
+    for name in shards[0]:
+        mean_sent = sum(sent[r][name] for r in ranks) / world
+        mean_shard = sum(s[name] for s in shards) / world
+        for position, rank in enumerate(ranks):
+            want = (scale / world) * (shards[position][name] - mean_shard)
+            got = sent[rank][name] - mean_sent
+            bound = rtol * abs(scale / world) * float(shards[position][name].norm()) + atol * abs(scale) * got.numel() ** 0.5
+            if float((got - want).norm()) > bound:
+                return f"rank {rank} sent {_what(sent[rank][name], shards, position, scale, world)} for `{name}`"
+    return None
+
+
+def _what(sent: torch.Tensor, shards: Sequence[Mapping[str, torch.Tensor]], position: int, scale: float, world: int) -> str:
+    """What a rank's contribution looks like, for the message: its shard's gradient, the whole batch's, or neither."""
+    name = next(n for n in shards[0] if shards[0][n].numel() == sent.numel())
+    whole = (scale / world) * sum(s[name] for s in shards) / world
+    if float(whole.norm()) and float((sent - whole).norm()) <= 1e-3 * float(whole.norm()):
+        return "the gradient of the whole batch, not of its shard"
+    if float(sent.norm()) == 0.0:
+        return "zeros"
+    return "something other than its shard's gradient"
+
+
+def analyse(report: TrafficReport, workload: Workload, claims: Claims = Claims(), rtol: float = 1e-4, atol: float = 1e-7, steps: int | None = None) -> TrainingSeen:
+    """The steps of data-parallel training the traffic shows (the module docstring), up to
+    `steps` (the workload's by default)."""
+    reds = [r for r in reductions(report) if len(r.sent) == workload.world or not r.kept]
+    ranks = list(range(workload.world))
+    seen: list[StepSeen] = []
+    used: list[tuple[int, ...]] = []
+    start = 0
+    problem, shards_wrong, unkept = None, False, False
+    for step in range(workload.steps if steps is None else steps):
+        reference = workload.parameters(used)
+        thetas = [(reference, True)] + ([(claims.params[step], False)] if step in claims.params else [])
+        outcome = _step(reds, start, step, thetas, _shards(workload, claims, step), workload, ranks, rtol, atol)
+        if isinstance(outcome, _Miss):
+            if outcome.unkept:
+                unkept = True
+            else:
+                problem, shards_wrong = outcome.why, outcome.shards
+            break
+        seen.append(outcome)
+        used.append(tuple(sorted(r for shard in outcome.rows for r in shard)))
+        start = max(outcome.syncs) + 1
+    first = reds[seen[0].syncs[0]].position if seen else len(report.carried)
+    started = _broadcast_start(report, first, workload.parameters([]), rtol)
+    used_positions = [reds[i].position for s in seen for i in s.syncs]
+    return TrainingSeen(tuple(_positions(seen, reds)), problem, others(report, used_positions), len(reds), shards_wrong, unkept, started)
+
+
+def _broadcast_start(report: TrafficReport, before: int, initial: Params, rtol: float) -> bool:
+    """Whether rank 0 broadcast every initial parameter (as it is before any step) before
+    position `before`: what DistributedDataParallel does when it is built."""
+    missing = {name: values for name, values in initial.items() if bool(values.abs().max() > 0)}  # zeros fit anywhere: nothing to find
+    for carried in report.carried[:before]:
+        if carried.kind == "broadcast" and carried.root == 0 and not carried.error:
+            data = kept_tensors(carried, 0)
+            if data is not None:
+                for name in locate(data, missing, rtol, scale=1.0):
+                    missing.pop(name)
+    return not missing
+
+
+def _positions(seen: Sequence[StepSeen], reds: Sequence[Reduction]) -> list[StepSeen]:
+    """The steps with their reductions named by their positions in the report."""
+    return [replace(s, syncs=tuple(reds[i].position for i in s.syncs), final=tuple(reds[i].position for i in s.final)) for s in seen]
+
+
+@dataclass(frozen=True)
+class _Miss:
+    why: str
+    shards: bool = False  # the full-batch gradient arrived, but some rank did not send its shard's
+    unkept: bool = False  # what is left was not kept by the hub: nothing to judge by
+
+
+def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tuple[Params, bool]], splits: Sequence[tuple[tuple[tuple[int, ...], ...], str]], workload: Workload, ranks: Sequence[int], rtol: float, atol: float) -> StepSeen | _Miss:
+    """Step `step` as the reductions from `start` show it, or why they do not."""
+    delivered_but = None
+    for theta, at_reference in thetas:
+        for rows, layout in splits:
+            shards = [workload.gradient(theta, step, shard) for shard in rows]
+            full = _mean(shards)
+            scan = _scan(reds, start, full, rtol)
+            if scan is None:
+                continue
+            for first in _orders(scan.sizes):
+                sent, counted = _contributions(reds, scan, start, ranks, first)
+                wrong = _per_rank(sent, shards, scan.scale, ranks, rtol, atol)
+                if not wrong or len(counted) == len(scan.final):
+                    break
+            if wrong:
+                delivered_but = delivered_but or f"step {step}: your ranks' all-reduces delivered the full-batch gradient, but {wrong}"
+                continue
+            return StepSeen(step, tuple(counted), tuple(scan.final), scan.scale, rows, layout, at_reference, reds[scan.last].at)
+    if delivered_but:
+        return _Miss(delivered_but, shards=True)
+    left = [r for r in reds[start:] if r.kept]
+    if not left and any(not r.kept for r in reds[start:]):
+        return _Miss(f"step {step}: the grader's hub kept no more of what your ranks sent", unkept=True)
+    if not left:
+        return _Miss(f"step {step}: your ranks made no all-reduce that could carry its gradients" + (" (none at all)" if not reds else f" after step {step - 1}'s" if step else ""))
+    return _Miss(f"step {step}: none of your ranks' {len(left)} all-reduce(s) from here on delivered the full-batch gradient at the step's parameters")
+
+
+def step_ends(report: TrafficReport, seen: TrainingSeen, steps: int) -> tuple[float, ...] | str:
+    """When each of `steps` steps ended by the hub's clock: the delivery of its last gradient
+    all-reduce. The steps `seen` shows give theirs; each later step is the next all-reduces of
+    the sizes the last seen step's were (in their order; others between them, a loss for the
+    log, are passed over). A string says why they cannot all be found."""
+    if not seen.steps:
+        return "no step's gradients were found in what the ranks all-reduced"
+    reds = reductions(report)
+    at = {red.position: index for index, red in enumerate(reds)}
+    pattern = [reds[at[position]].numel for position in seen.steps[-1].syncs]
+    ends = [step.end for step in seen.steps]
+    index = at[seen.steps[-1].syncs[-1]] + 1
+    while len(ends) < steps:
+        matched = 0
+        while index < len(reds) and matched < len(pattern):
+            matched += reds[index].numel == pattern[matched]
+            index += 1
+        if matched < len(pattern):
+            return f"step {len(ends)}: your ranks made no more all-reduces like those of step {len(ends) - 1} ({len(ends)} of {steps} steps found)"
+        ends.append(reds[index - 1].at)
+    return tuple(ends)
+
+
+def whole_syncs(report: TrafficReport, numel: int) -> int:
+    """How many all-reduces of floating-point values summed `numel` values (the size of every
+    gradient of the model together: DDP's one bucket), whatever they held: how often gradients
+    were synchronised, where their values show no training to follow."""
+    return sum(1 for red in reductions(report) if red.numel == numel)
