@@ -17,9 +17,10 @@ sections it did not measure are kept) and prints them.
    equivalent (the grader runs a notebook's graded cells through its own driver).
 3. False fails: the reference solutions graded N times while a competing process keeps the
    other core busy; a speed check that fails the reference is a false fail. Target: 0 of 20.
-4. The grader's witness (`--witness REV`, alone): a graded p6 with and without it, a planted
-   1.5× slowdown hidden behind a forged clock (caught in ≥ 19 of 20), false fails of p6's and
-   p10's references under a busy core with it (0 of 20). Spliced into the results file.
+4. The grader's hub (`--carried REV`, alone): a graded p6 with the grader of REV (before every
+   run was carried) and with this checkout's, a planted 1.5× slowdown hidden behind a forged
+   clock (caught in ≥ 19 of 20), false fails of p6's and p10's references under a busy core
+   (0 of 20). Spliced into the results file.
 5. Steady verdicts (`--steady N`, alone): every reference solution and every correct variant
    the tests hold (tests/p*_variants.py: the correct-but-unusual ones, the tutorial-style
    ones) graded N times in a row, timed; every grading must give full marks. Spliced into the
@@ -28,8 +29,8 @@ sections it did not measure are kept) and prints them.
    timed: the ratio of the submission's side (the reference itself) to the reference's side
    by launch medians and by undisturbed steps (the first decile of the pooled steps, what
    `efficiency` judges), and how widely each spreads. Spliced into the results file.
-7. The grader's clock without a witness (`--clocked N`, alone): p6's timed run as on real GPUs,
-   where no witness joins, timed by pairs of whole launches of two step counts. p6's
+7. The grader's clock where the hub carries nothing (`--clocked N`, alone): p6's timed run as on
+   real GPUs, timed by pairs of whole launches of two step counts. p6's
    reference graded N times under a busy core (false fails, target 0 of N) and a planted 1.5×
    slowdown behind a forged clock graded N times (caught, target ≥ 19 of 20). Spliced into
    the results file.
@@ -258,12 +259,12 @@ def efficiency_of(document: dict) -> dict:
     return next(t for t in document["tests"] if t["tags"][0] == "efficiency")
 
 
-def witness_section(revision: str, work: Path, repeats: int, gradings: int) -> list[str]:
-    """The grader's witness (issue: verdicts the submission cannot forge): a graded p6 with the
-    grader of `revision` (before the witness) against this checkout's, alternating; a planted
+def carried_section(revision: str, work: Path, repeats: int, gradings: int) -> list[str]:
+    """The grader's hub (issue 30: every rank runs the student's code): a graded p6 with the
+    grader of `revision` (before the hub) against this checkout's, alternating; a planted
     1.5× slowdown behind a forged clock, graded `gradings` times; p6's and p10's references
     graded `gradings` times each under a busy core (false fails)."""
-    lines = compare_with(revision, work, repeats, "## The grader's witness: its cost (the grader of {commit}, without it, against this checkout's)")
+    lines = compare_with(revision, work, repeats, "## The grader's hub: its cost (the grader of {commit}, before it, against this checkout's)")
     planted = planted_slowdown(work, 0.5)
     caught, ratios = 0, []
     for run in range(gradings):
@@ -288,12 +289,12 @@ def witness_section(revision: str, work: Path, repeats: int, gradings: int) -> l
     lines += [
         "A planted 1.5× slowdown: p6's reference with busy work after each optimizer step for half the time the step took (by the real clock), "
         f"and every clock of its own process slowed to a third, so that its records show fast steps: **caught in {caught} of {gradings}** gradings (target ≥ 19). "
-        f"Ratios the witness's clock gave: {shown}.",
+        f"Ratios the hub's clock gave: {shown}.",
         "",
     ]
     for practical, found in false_fails.items():
         lines += [
-            f"False fails with the witness: {practical}'s reference graded {gradings} times with a busy loop on the last core: **{len(found)} of {gradings}** had a failed speed check (target 0)."
+            f"False fails with the hub: {practical}'s reference graded {gradings} times with a busy loop on the last core: **{len(found)} of {gradings}** had a failed speed check (target 0)."
             + "".join(f"\n- {f}" for f in found[:5]),
             "",
         ]
@@ -312,11 +313,11 @@ runs:
   - {name: timed, ranks_per_node: 2, args: {batch_size: 1024, dim: 512, hidden: 1024, steps: 16, lr: 0.01}}
 checks:
   - {id: efficiency, title: Speed, points: 2, runs: [timed], options: {max_ratio: 1.3}}
-"""  # p6's timed run without the witness (as ranks on real GPUs run), a batch that makes the 80 steps between a pair's launches take seconds
+"""  # p6's timed run not carried (as ranks on real GPUs run), a batch that makes the 80 steps between a pair's launches take seconds
 
 
 def clocked_section(work: Path, gradings: int) -> list[str]:
-    """The grader's clock where no witness joins (issue: verdicts the submission cannot
+    """The grader's clock where the hub carries nothing (issue: verdicts the submission cannot
     forge): p6's timed run graded in-process on CLOCKED_P6, the reference `gradings` times
     under a busy core, then the planted 1.5× slowdown `gradings` times. The Markdown section."""
     from grader.grade.pipeline import grade as grade_in_process
@@ -355,15 +356,15 @@ def clocked_section(work: Path, gradings: int) -> list[str]:
     untimed = sum(status == "deferred" for status, _ in outcomes["reference"])
     caught = sum(status == "failed" for status, _ in outcomes["planted"])
     return [
-        "## The grader's clock where no witness joins: pairs of whole launches",
+        "## The grader's clock where the hub carries nothing: pairs of whole launches",
         "",
         f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --clocked {gradings}` ({minutes:.0f} min; "
-        f"a grading {statistics.median(seconds):.0f} s, median): p6's timed run without the witness, as ranks on real GPUs run it, timed by the grader's clock "
+        f"a grading {statistics.median(seconds):.0f} s, median): p6's timed run not carried, as ranks on real GPUs run it, timed by the grader's clock "
         "around pairs of launches of 16 and 96 steps (batch 1024; 3 rounds, interleaved with the reference's; grader/checks/timing.py).",
         "",
         f"- False fails: p6's reference graded {gradings} times with a busy loop on the last core: **{false_fails} of {gradings}** failed `efficiency` (target 0); "
         f"{untimed} could not be timed (deferred). Ratios: {shown('reference')}.",
-        f"- A planted 1.5× slowdown behind a forged clock (the witness section's): **caught in {caught} of {gradings}** (target ≥ 19 of 20). Ratios: {shown('planted')}.",
+        f"- A planted 1.5× slowdown behind a forged clock (the hub section's): **caught in {caught} of {gradings}** (target ≥ 19 of 20). Ratios: {shown('planted')}.",
         "",
     ]
 
@@ -501,10 +502,10 @@ def main() -> None:
     parser.add_argument("--false-fail-practicals", default="p6,p10")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
     parser.add_argument("--before", metavar="REV", help="also grade p6 with the grader of this commit, alternating with this checkout's (the cost of a change)")
-    parser.add_argument("--witness", metavar="REV", help="only the witness's section: its cost against REV (a commit before it), a planted 1.5× slowdown and false fails, each --false-fail-runs gradings; spliced into --out")
+    parser.add_argument("--carried", metavar="REV", help="only the hub's section: its cost against REV (a commit before it), a planted 1.5× slowdown and false fails, each --false-fail-runs gradings; spliced into --out")
     parser.add_argument("--steady", type=int, metavar="N", help="only the steady-verdicts section: every reference solution and correct variant graded N times; spliced into --out")
     parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
-    parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run without a witness, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
+    parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run not carried, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
     if options.steady or options.spread or options.clocked:
@@ -513,8 +514,8 @@ def main() -> None:
         options.out.write_text(splice(old, section), encoding="utf-8")
         print("\n".join(section))
         return
-    if options.witness:
-        section = witness_section(options.witness, work, options.repeat + 1, options.false_fail_runs)
+    if options.carried:
+        section = carried_section(options.carried, work, options.repeat + 1, options.false_fail_runs)
         old = options.out.read_text(encoding="utf-8") if options.out.exists() else "# Benchmarks\n"
         options.out.write_text(splice(old, section), encoding="utf-8")
         print("\n".join(section))

@@ -162,3 +162,43 @@ def test_gpu_telemetry_is_sampled_by_the_runner_and_private_jobs_leave_no_files(
         assert len([p for p in tmp_path.iterdir() if p.name.startswith("runs-trusted-")]) == 1
     assert gpus.closed
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("runs-trusted-")]
+
+
+LOOKS_FOR_THE_GRADER = """
+    import inspect, json, os, sys
+    import torch.distributed as dist
+
+    def found():
+        return {
+            "environment": [k for k, v in os.environ.items() if "grader" in (k + v).lower()],
+            "modules": sorted(m for m in sys.modules if "grader" in m.lower()),
+            "import path": [str(p) for p in (*sys.path, *sys.path_hooks, *sys.meta_path) if "grader" in (str(p) + type(p).__module__).lower()],
+            "stack": [f"{f.filename}:{f.function}" for f in inspect.stack() if "grader" in (f.filename + f.function).lower()],
+            "torch.distributed": [n for n in dir(dist) if "grader" in (getattr(getattr(dist, n), "__module__", "") or "").lower()],
+            "process group": [type(dist.group.WORLD).__module__] if dist.is_initialized() and "grader" in type(dist.group.WORLD).__module__ else [],
+        }
+
+    before = found()
+    dist.init_process_group("gloo")
+    after = found()
+    print(json.dumps({"before": before, "after": after, "backend": dist.get_backend()}))
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("virtual_gpus", [0, 2])
+def test_a_script_looking_for_the_grader_in_its_process_finds_nothing(runner: LocalRunner, tmp_path: Path, virtual_gpus: int) -> None:
+    """Every rank runs the script as torchrun would run it: the grader's modules, import-path
+    entries and frames are out of its way, and what it finds in torch's place (the process
+    group, init_process_group) is named as torch's (grader/probe/cloak.py)."""
+    import json
+
+    from grader.probe.transport.traffic import CarrierPlan
+
+    job = replace(script_job(tmp_path, f"spy{virtual_gpus}", LOOKS_FOR_THE_GRADER, Layout(1, 2)), carrier=CarrierPlan(30.0, 1 << 20), virtual_gpus=virtual_gpus)
+    result = runner.run(job)
+    for rank in result.ranks:
+        seen = json.loads(rank.stdout_tail.strip().splitlines()[-1])
+        assert seen["before"] == seen["after"] == {"environment": [], "modules": [], "import path": [], "stack": [], "torch.distributed": [], "process group": []}, seen
+        assert seen["backend"] == "gloo"
+    assert sorted(result.traffic.groups[0].joined) == [0, 1]  # carried all the same

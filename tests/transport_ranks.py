@@ -186,8 +186,22 @@ def big_all_reduces(rank: int, world: int) -> dict:
     return {"median_ms": sorted(times)[15] * 1000}
 
 
+def device_mesh(rank: int, world: int) -> dict:
+    """DeviceMesh, a functional collective and a DTensor redistribution: c10d's own C++ paths."""
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    out = {"functional": funcol.all_reduce(torch.ones(2) * (rank + 1), "sum", mesh).tolist()}
+    local = distribute_tensor(torch.arange(4.0 * world).reshape(world * 2, 2), mesh, [Shard(0)])
+    out["full"] = local.redistribute(mesh, [Replicate()]).to_local().sum().item()
+    dist.destroy_process_group()
+    return out
+
+
 SCENARIOS: dict[str, Callable[[int, int], dict]] = {
-    f.__name__: f for f in (every_collective, ddp_training, disagree, leaves_early, stays_away, writes_garbage, big_all_reduces)
+    f.__name__: f for f in (every_collective, ddp_training, disagree, leaves_early, stays_away, writes_garbage, big_all_reduces, device_mesh)
 }
 
 

@@ -389,7 +389,7 @@ class Probe:
             probe._after_ddp_init(ddp_self, args, kwargs)
 
         def routed_to_ours(ddp_self, state, hook):
-            routed = getattr(ddp_self, "_grader_hook_state", None)
+            routed = getattr(ddp_self, "_comm_hook_routes", None)
             if routed is None:
                 return register(ddp_self, state, hook)
             routed["user"] = (state, hook)
@@ -397,7 +397,7 @@ class Probe:
             return None
 
         def builtin_routed_to_ours(ddp_self, comm_hook_type):
-            routed = getattr(ddp_self, "_grader_hook_state", None)
+            routed = getattr(ddp_self, "_comm_hook_routes", None)
             if routed is None:
                 return register_builtin(ddp_self, comm_hook_type)
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -480,7 +480,7 @@ class Probe:
             self._allreduce_hook = allreduce_hook
             routed: dict = {"user": None, "group": ddp.process_group}
             self._originals["ddp_register_comm_hook"](ddp, routed, self._comm_hook)
-            ddp._grader_hook_state = routed
+            ddp._comm_hook_routes = routed
         except Exception as exc:  # noqa: BLE001 - DDP keeps working without the hook
             self.note(f"all-reduces inside DDP not visible: its communication hook could not be registered ({type(exc).__name__}: {exc})")
 

@@ -20,9 +20,11 @@ import sys
 import traceback
 from types import TracebackType
 
+from grader.probe.cloak import cloak, neutral
 from grader.probe.messages import RankConfig
 
 PROBE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the folder that holds the grader package
 
 
 def _redirect_stdio(out_path: str, err_path: str, keep: int | None = None) -> None:
@@ -152,6 +154,8 @@ def _run_script(config: RankConfig, hub: int | None) -> int:
     probe.open()
     namespace = None
     how, code = "returned", 0
+    if not config.driver:
+        cloak(PACKAGE_ROOT)
     try:
         extra = {"__grader_emit__": probe.emit} if config.driver else None
         namespace = runpy.run_path(script, init_globals=extra, run_name="__main__")
@@ -171,3 +175,7 @@ def _run_script(config: RankConfig, hub: int | None) -> int:
         sys.stderr.flush()
         probe.close()
     return code
+
+
+neutral(run_rank, "_run_module_code")  # under the script, the frames of runpy (grader/probe/cloak.py)
+neutral(_run_script, "_run_code")

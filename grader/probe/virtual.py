@@ -24,7 +24,7 @@ from grader.probe.vgpu_serialization import install_serialization
 
 # CUDA_VISIBLE_DEVICES as the first process of the command found it ("(unset)": not set),
 # passed on to its children: a program's own setting is told apart from the machine's.
-INHERITED_VISIBLE = "GRADER_VIRTUAL_INHERITED_VISIBLE_DEVICES"
+INHERITED_VISIBLE = "VIRTUAL_GPUS_INHERITED_VISIBLE_DEVICES"  # the emulation's, as under `grader run`: no name of the grader's (grader/probe/cloak.py)
 UNSET = "(unset)"
 
 

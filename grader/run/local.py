@@ -78,6 +78,7 @@ from grader.run.tree import TreeLimits, TreeRefused, copy_tree, empty_folder, re
 GRADER_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the grader package
 TOKEN_VARIABLE = "TORCHELASTIC_RUN_ID"  # the run id torchrun gives its workers: here the job's token, by which the grader finds what a job left behind
 RANK_FILES = ("stdout", "stderr", "faults", "observations.jsonl")
+ZYGOTE = "import sys; from grader.probe.zygote import main; sys.exit(main(sys.argv[1:]))"  # not -m: no module frame of the grader's under the ranks' scripts
 DISK_FULL_BYTES = 1 << 20  # a grading folder with less free space than this after a job was filled by it
 
 
@@ -120,7 +121,7 @@ class _Zygote:
             "HOME": str(root),
             **(IDENTITY if sandbox else {}),
         }
-        command = [sandbox.python if sandbox else options.python, "-m", "grader.probe.zygote", *options.warm_modules]
+        command = [sandbox.python if sandbox else options.python, "-c", ZYGOTE, *options.warm_modules]
         self.log = root / f"zygote-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:
             popen = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": log, "cwd": root, "env": env, "start_new_session": True}
