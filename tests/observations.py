@@ -1,5 +1,5 @@
 """Synthetic observations for testing checks without processes, built through the recorder's
-own event types (grader.probe.events) and read back through the grader's reader
+own event types (grader.probe.recorder.events) and read back through the grader's reader
 (grader.run.records), and through the hub's own report types (grader.probe.transport.traffic),
 so that they cannot drift from what the recorder and the hub write.
 
@@ -24,7 +24,7 @@ from grader.observe.records import ObservedProcess, Timed
 from grader.practicals.reference import DataParallelReference
 from grader.probe.transport.traffic import Carried, CarrierPlan, GroupRecord, Part, RankEnd, TrafficReport
 from grader.probe.transport.wire import TensorMeta
-from grader.probe.events import (
+from grader.probe.recorder.events import (
     EVENTS,
     EVENTS_VERSION,
     AllReduce,

@@ -21,7 +21,7 @@ FULL_BATCH = "    x, y = x.to(device), y.to(device)  # every rank: the whole bat
 # the recorder is an object in the student's own process: find it and write what it would have seen
 PROBE = IMPORTS + '''import gc
 
-from grader.probe import events as forged
+from grader.probe.recorder import events as forged
 
 
 def recorder():

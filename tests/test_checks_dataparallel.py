@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grader.checks.dataparallel import replica_log_problem
-from grader.probe.events import Forward, TensorInfo
+from grader.probe.recorder.events import Forward, TensorInfo
 
 REPLICA = Forward(
     t=0.0, seq=1, step=0, dur=0.001, module="Net", name=None, label="Net", role="replica", depth=1, call=1,

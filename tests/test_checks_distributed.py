@@ -12,7 +12,7 @@ import torch
 
 from grader.checks.base import CheckContext
 from grader.checks.distributed import CHECKS, allreduce_pattern
-from grader.probe.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, Optimizer
+from grader.probe.recorder.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, Optimizer
 from grader.run.job import Layout
 from observations import NAMES, FakeWorkload, changed, contiguous, crashed, ddp_run, ddp_traffic, references, replace_events, set_events, without
 

@@ -1,4 +1,4 @@
-"""The events the recorder writes: one definition (grader.probe.events), read back strictly
+"""The events the recorder writes: one definition (grader.probe.recorder.events), read back strictly
 (grader.run.records); damaged records explain a grading instead of crashing it; and one
 recorder wraps torch.distributed's entry points."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grader.grade.pipeline import GradingReport, grade
-from grader.probe.events import EVENTS, EVENTS_VERSION, DamagedRecords, Forward, Process, TensorInfo, parse_event, plain, to_json
+from grader.probe.recorder.events import EVENTS, EVENTS_VERSION, DamagedRecords, Forward, Process, TensorInfo, parse_event, plain, to_json
 from grader.probe.typed import MAX_TEXT
 from grader.results.model import Status
 from grader.run.fake import FakeRunner
@@ -149,6 +149,6 @@ def modules_naming(names: tuple[str, ...]) -> set[str]:
 def test_one_recorder_wraps_process_groups_and_ddp_communication_hooks() -> None:
     # virtual GPUs substitute gloo for NCCL in init_process_group (and record nothing); the
     # grader's transport builds every process group by c10d's own helper, wrapping nothing
-    assert modules_naming(WRAPPED) == {os.path.join("grader", "probe", "observers.py"), os.path.join("grader", "probe", "vgpu_dist.py")}
-    assert modules_naming(("register_comm_hook", "_register_builtin_comm_hook")) == {os.path.join("grader", "probe", "observers.py")}
+    assert modules_naming(WRAPPED) == {os.path.join("grader", "probe", "recorder", "observers.py"), os.path.join("grader", "probe", "vgpu", "dist.py")}
+    assert modules_naming(("register_comm_hook", "_register_builtin_comm_hook")) == {os.path.join("grader", "probe", "recorder", "observers.py")}
 

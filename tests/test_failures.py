@@ -58,20 +58,20 @@ def test_signals_skips_and_errors() -> None:
 
 
 def test_an_error_of_the_grader_s_emulation_is_not_presented_as_the_student_s() -> None:
-    from grader.probe.events import ExceptionInfo
+    from grader.probe.recorder.events import ExceptionInfo
 
     raised = ExceptionInfo(
         type="TypeError",
         message="'NoneType' object does not support the context manager protocol",
         frames=(Frame(file="p6_ddp.py", line=71, func="<module>", code="with torch.cuda.stream(s):"),),
-        library_frame=Frame(file="../lib/grader/probe/vgpu_api.py", line=212, func="stream", code="return None"),
+        library_frame=Frame(file="../lib/grader/probe/vgpu/api.py", line=212, func="stream", code="return None"),
     )
     assert failures.describe_exception(raised) == (
         "TypeError: 'NoneType' object does not support the context manager protocol — raised inside the grader's virtual-GPU emulation "
-        "(vgpu_api.py:212 in stream), not by torch, while running your line at p6_ddp.py:71 (with torch.cuda.stream(s):): "
+        "(vgpu/api.py:212 in stream), not by torch, while running your line at p6_ddp.py:71 (with torch.cuda.stream(s):): "
         "if that line is right on a real GPU, this is the grader's fault; tell the course staff"
     )
     by_torch = ExceptionInfo(type="RuntimeError", message="boom", frames=raised.frames, library_frame=Frame(file="/usr/lib/python3/torch/nn/modules/linear.py", line=1, func="forward", code=""))
     assert failures.describe_exception(by_torch) == "RuntimeError: boom at p6_ddp.py:71 (with torch.cuda.stream(s):)"
-    on_purpose = ExceptionInfo(type="AcceleratorError", message="CUDA error: invalid device ordinal", frames=raised.frames, library_frame=Frame(file="../lib/grader/probe/vgpu.py", line=154, func="_check", code="raise invalid_ordinal()"))
+    on_purpose = ExceptionInfo(type="AcceleratorError", message="CUDA error: invalid device ordinal", frames=raised.frames, library_frame=Frame(file="../lib/grader/probe/vgpu/devices.py", line=154, func="_check", code="raise invalid_ordinal()"))
     assert "grader's" not in failures.describe_exception(on_purpose)  # CUDA's error for the student's device number

@@ -13,7 +13,6 @@ import pytest
 
 from grader.probe.messages import (
     BadMessage,
-    DdpOptions,
     Exited,
     Go,
     JobRequest,

@@ -15,8 +15,8 @@ from grader.observe.records import ObservedProcess, Timed, align, distinct_label
 from grader.observe.report import RunSummary, busy_seconds, duration_text, render_report, size_text
 from grader.observe.timeline import MAX_LANES, MIN_WIDTH, draw_timeline, lanes, timeline_lanes, visible
 from grader.observe.trace import COMMUNICATION, chrome_trace
-from grader.probe.events import Backward, Exit, InitPg, Note, plain, to_json
-from grader.probe.observers import Probe
+from grader.probe.recorder.events import Backward, Exit, InitPg, Note, plain, to_json
+from grader.probe.recorder.observers import Probe
 from grader.run.records import decode_records, parse_records, read_records
 from helpers import ROOT, again_after_teardown_abort, run_cli
 from observations import header, inputs, observed, timed

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.probe.events import DdpArgs, Globals, Raised
+from grader.probe.recorder.events import DdpArgs, Globals, Raised
 from grader.probe.messages import DdpOptions
 from grader.run import procs
 from grader.run.job import JobSpec, Layout

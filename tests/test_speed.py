@@ -15,7 +15,7 @@ from grader.checks.dataparallel import gpu0_memory
 from grader.course import Practical
 from grader.grade.pipeline import GradeOptions, grade
 from grader.practicals.reference import DataParallelReference
-from grader.probe.events import DdpArgs, Optimizer
+from grader.probe.recorder.events import DdpArgs, Optimizer
 from grader.probe.messages import DdpOptions
 from grader.probe.transport.traffic import CarrierPlan
 from grader.results.gradescope import to_gradescope

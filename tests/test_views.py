@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from grader.observe.views import MAX_VIEWS, chosen_runs, write_views
-from grader.probe.events import Raised
+from grader.probe.recorder.events import Raised
 from grader.results.gradescope import to_gradescope
 from grader.results.model import GradingReport, RunSummary
 from grader.results.render import console_table, markdown

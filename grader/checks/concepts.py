@@ -12,7 +12,7 @@ from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.dataparallel import chunk_rows
 from grader.checks.numeric import compare
-from grader.probe.events import Answers, Cell, DpCase, Mp
+from grader.probe.recorder.events import Answers, Cell, DpCase, Mp
 from grader.run.job import JobResult, RankResult
 
 SAME_DEVICE = "Expected all tensors to be on the same device"

@@ -14,7 +14,7 @@ from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
 from grader.checks.timing import charged, measure
-from grader.probe.events import Forward, ForwardOutput, Memory, Model
+from grader.probe.recorder.events import Forward, ForwardOutput, Memory, Model
 from grader.run.job import JobResult, RankResult
 
 

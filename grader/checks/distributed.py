@@ -22,7 +22,7 @@ from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.numeric import Named, compare, named
 from grader.checks.runs import missing, per_run
-from grader.probe.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, OptGrads, Optimizer
+from grader.probe.recorder.events import AllReduce, Ddp, DestroyPg, EndState, Forward, Globals, InitPg, Model, OptGrads, Optimizer
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
 from grader.traffic.training import Claims, TrainingSeen

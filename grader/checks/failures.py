@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import signal
 
-from grader.probe.events import ExceptionInfo, Raised
+from grader.probe.recorder.events import ExceptionInfo, Raised
 from grader.run.job import JobResult, RankResult
 
 _CONSEQUENCE = re.compile(

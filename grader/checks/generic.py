@@ -7,7 +7,7 @@ from typing import Any
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
-from grader.probe.events import Globals
+from grader.probe.recorder.events import Globals
 from grader.run.job import JobResult, RankResult
 
 

@@ -19,7 +19,7 @@ from grader.checks.distributed import shard_problems, training_of
 from grader.probe.transport.traffic import TrafficReport
 from grader.traffic.training import TrainingSeen, whole_syncs
 from grader.checks.runs import missing, per_run
-from grader.probe.events import AllReduce, Backward, Forward, Model, OptGrads
+from grader.probe.recorder.events import AllReduce, Backward, Forward, Model, OptGrads
 from grader.run.job import JobResult, RankResult
 
 

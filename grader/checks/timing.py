@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from grader.checks import failures
 from grader.checks.distributed import claims_of
-from grader.probe.events import DdpArgs, Optimizer
+from grader.probe.recorder.events import DdpArgs, Optimizer
 from grader.probe.messages import DdpOptions
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult

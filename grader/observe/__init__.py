@@ -2,7 +2,7 @@
 
 Modules:
     records   -- the recorded files read back: one ObservedProcess per process, one time axis.
-                 The recording itself is the grader's one recorder (grader.probe.observers),
+                 The recording itself is the grader's one recorder (grader.probe.recorder.observers),
                  started in every process by grader/probe/boot/sitecustomize.py when
                  GRADER_OBSERVE_DIR is set; its events are defined in grader.probe.events.
     report    -- the terminal report (pure: records in, text out).

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from grader.probe.events import MAX_FILE_BYTES, E, Event, InitPg, Process, Span, plain
+from grader.probe.recorder.events import MAX_FILE_BYTES, E, Event, InitPg, Process, Span, plain
 from grader.run.records import ProcessRecord, read_records
 
 MAX_EVENTS = 1_000_000  # a long training run observed (the grader's cap for graded ranks is lower)

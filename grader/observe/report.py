@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Hashable, Iterable
 
 from grader.observe.records import ObservedProcess, Timed
-from grader.probe.events import AllReduce, Backward, CommHook, Ddp, Exit, Forward, InitPg, Memory, Model, Note, Optimizer, Raised, TensorInfo, Truncated
+from grader.probe.recorder.events import AllReduce, Backward, CommHook, Ddp, Exit, Forward, InitPg, Memory, Model, Note, Optimizer, Raised, TensorInfo, Truncated
 from grader.results.escape import terminal_line
 
 PERFETTO = "https://ui.perfetto.dev"

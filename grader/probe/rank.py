@@ -3,7 +3,7 @@
 The rank gets exactly the environment the job asks for (torchrun's variables among it), its
 own working directory, stdout and stderr files, a fault handler that dumps every thread's
 stack on SIGUSR1 (the grader's "where are you stuck?") and on a crash, and the recorder
-(grader.probe.observers) with what grading asks of it: values, the script's variables, the
+(grader.probe.recorder.observers) with what grading asks of it: values, the script's variables, the
 first steps in detail, a process-group timeout.
 The script runs under runpy as `__main__`; how it ended is recorded, then the process exits
 with the code Python itself would have used.
@@ -122,8 +122,8 @@ def run_rank(config: RankConfig, hub: int | None = None) -> None:
 def _run_script(config: RankConfig, hub: int | None) -> int:
     import torch  # already imported by the zygote; here for the thread setting
 
-    from grader.probe.events import Raised
-    from grader.probe.observers import Probe, ProbeOptions, describe_exception
+    from grader.probe.recorder.events import Raised
+    from grader.probe.recorder.observers import Probe, ProbeOptions, describe_exception
 
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         torch.set_num_threads(max(int(os.environ["OMP_NUM_THREADS"]), 1))
@@ -133,7 +133,7 @@ def _run_script(config: RankConfig, hub: int | None) -> int:
         carry(hub)
     device_of = None
     if config.virtual_gpus:
-        from grader.probe.virtual import install
+        from grader.probe.vgpu.install import install
 
         device_of = install(config.virtual_gpus).device_of
     script = config.script

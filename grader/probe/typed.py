@@ -1,6 +1,6 @@
 """Frozen dataclasses as JSON objects, written plainly and read back strictly (standard
 library only: this module runs inside the student's processes too). It is the format of the
-recorder's events (grader.probe.events) and of the messages between the grader, its rank
+recorder's events (grader.probe.recorder.events) and of the messages between the grader, its rank
 launcher and the ranks (grader.probe.messages).
 
 A record is a JSON object: a tag naming its class ("kind": "forward", "op": "job", ...) and

@@ -1,4 +1,4 @@
-"""A fork server for ranks: `python -m grader.probe.zygote MODULE...`.
+"""A fork server for ranks: `python -c "from grader.probe.zygote import main; ..." MODULE...` (grader/run/local.py ZYGOTE).
 
 Why: importing torch costs about 2 s of CPU, and DistributedDataParallel's first construction
 another 2 s (it imports torch._dynamo). A grading starts 10 to 20 ranks, so the zygote pays

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol
 
-from grader.probe.events import E, Event, Frame
+from grader.probe.recorder.events import E, Event, Frame
 from grader.probe.messages import DdpOptions
 from grader.probe.transport.traffic import CarrierPlan, TrafficReport
 from grader.run.records import ProcessRecord

@@ -93,8 +93,8 @@ class LocalRunnerOptions:
         "torch.nn.parallel",
         "torch._dynamo",  # DistributedDataParallel imports it on first construction (~2 s)
         "grader.probe.rank",
-        "grader.probe.observers",
-        "grader.probe.virtual",
+        "grader.probe.recorder.observers",
+        "grader.probe.vgpu.install",
         "grader.probe.transport.client",
         "grader.probe.transport.hub",
     )

@@ -1,5 +1,5 @@
-"""The one reader of event files (what grader.probe.observers recorded in a process): each line
-validated into a typed event (grader.probe.events), and one ProcessRecord per process, which
+"""The one reader of event files (what grader.probe.recorder.observers recorded in a process): each line
+validated into a typed event (grader.probe.recorder.events), and one ProcessRecord per process, which
 the checks (through RankResult) and the observe report both consume.
 
 The files are written next to the student's code, which can write into them too: a line the
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from grader.probe.events import DamagedRecords, E, Event, Process, Truncated, parse_line
+from grader.probe.recorder.events import DamagedRecords, E, Event, Process, Truncated, parse_line
 from grader.run.safeio import UntrustedFileError, read_untrusted
 
 MAX_EVENTS = 20_000  # a file of millions of tiny events would cost the grader gigabytes

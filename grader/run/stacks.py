@@ -5,7 +5,7 @@ import os
 import re
 from pathlib import Path
 
-from grader.probe.events import Frame
+from grader.probe.recorder.events import Frame
 from grader.run.safeio import UntrustedFileError, read_beneath
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")

@@ -5,7 +5,7 @@ This folder is put first on PYTHONPATH by those commands and holds nothing else,
 start-up imports this file: with GRADER_VIRTUAL_GPUS=N set, the process (torchrun's launcher
 and each of its workers alike) sees N CPU-backed CUDA devices before the script runs; with
 GRADER_OBSERVE_DIR set, it also records what it does into that folder (the recorder,
-grader.probe.observers, as `grade`, `check` and `run` use it in each rank).
+grader.probe.recorder.observers, as `grade`, `check` and `run` use it in each rank).
 """
 import os
 
@@ -13,11 +13,11 @@ import os
 def _boot() -> None:
     virtual = None
     if os.environ.get("GRADER_VIRTUAL_GPUS", "").isdigit() and int(os.environ["GRADER_VIRTUAL_GPUS"]) > 0:
-        from grader.probe.virtual import install
+        from grader.probe.vgpu.install import install
 
         virtual = install(int(os.environ["GRADER_VIRTUAL_GPUS"]))
     if os.environ.get("GRADER_OBSERVE_DIR"):
-        from grader.probe.observers import start_observing
+        from grader.probe.recorder.observers import start_observing
 
         start_observing(os.environ["GRADER_OBSERVE_DIR"], virtual)
 

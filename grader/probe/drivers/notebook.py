@@ -7,8 +7,8 @@ import linecache
 import os
 from typing import Callable
 
-from grader.probe.events import Cell
-from grader.probe.observers import describe_exception
+from grader.probe.recorder.events import Cell
+from grader.probe.recorder.observers import describe_exception
 
 Emit = Callable[..., None]  # the recorder's emit: (event class, **fields)
 

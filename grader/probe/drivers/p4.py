@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from grader.probe.drivers.notebook import Emit, run_cells
-from grader.probe.events import Answers, DpCase, Mp
-from grader.probe.observers import describe_exception
+from grader.probe.recorder.events import Answers, DpCase, Mp
+from grader.probe.recorder.observers import describe_exception
 from grader.probe.typed import MAX_TEXT
 
 CELLS_FILE = "cells.json"

@@ -28,8 +28,8 @@ import torch
 import torch.autograd.function as autograd_function
 import torch.autograd.variable
 
-from grader.probe.vgpu import VirtualCuda
-from grader.probe.vgpu_errors import TAG
+from grader.probe.vgpu.devices import VirtualCuda
+from grader.probe.vgpu.errors import TAG
 
 INPUTS = "_vcuda_inputs"  # on a custom Function's node: the devices of the forward's inputs
 OUTPUTS = "_vcuda_outputs"  # ... and of its outputs

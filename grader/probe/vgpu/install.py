@@ -1,4 +1,4 @@
-"""Switching a process to N virtual GPUs: `install(n)` (see grader.probe.vgpu for how it works)."""
+"""Switching a process to N virtual GPUs: `install(n)` (see grader.probe.vgpu.devices for how it works)."""
 from __future__ import annotations
 
 import atexit
@@ -14,13 +14,13 @@ import torch
 import torch.nn.parallel
 
 from grader.probe.patching import own_function
-from grader.probe.vgpu import VISIBLE, VirtualCuda, parameter_new
-from grader.probe.vgpu_amp import install_autocast
-from grader.probe.vgpu_api import make_accelerator, make_api, make_generator
-from grader.probe.vgpu_autograd import install_autograd
-from grader.probe.vgpu_dist import install_distributed
-from grader.probe.vgpu_parallel import make_comm, make_parallel_apply
-from grader.probe.vgpu_serialization import install_serialization
+from grader.probe.vgpu.devices import VISIBLE, VirtualCuda, parameter_new
+from grader.probe.vgpu.amp import install_autocast
+from grader.probe.vgpu.api import make_accelerator, make_api, make_generator
+from grader.probe.vgpu.autograd import install_autograd
+from grader.probe.vgpu.dist import install_distributed
+from grader.probe.vgpu.parallel import make_comm, make_parallel_apply
+from grader.probe.vgpu.serialization import install_serialization
 
 # CUDA_VISIBLE_DEVICES as the first process of the command found it ("(unset)": not set),
 # passed on to its children: a program's own setting is told apart from the machine's.
@@ -54,7 +54,7 @@ def _patch_cuda(vcuda: VirtualCuda) -> dict:
 
 
 def _patch_data_parallel(vcuda: VirtualCuda, api: dict) -> None:
-    """DataParallel's CUDA-only pieces (grader.probe.vgpu_parallel)."""
+    """DataParallel's CUDA-only pieces (grader.probe.vgpu.parallel)."""
     comm = sys.modules["torch.nn.parallel.comm"]
     for name, value in make_comm(vcuda).items():
         setattr(comm, name, value)

@@ -1,4 +1,4 @@
-"""Every event the recorder writes (grader.probe.observers), defined once: one frozen
+"""Every event the recorder writes (grader.probe.recorder.observers), defined once: one frozen
 dataclass per kind, the writer's `to_json` and the reader's strict `parse_event`.
 
 This module runs inside the student's processes too, so it uses the standard library only.

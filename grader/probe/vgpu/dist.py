@@ -14,7 +14,7 @@ dist.get_backend() then answers "gloo": NCCL itself is not emulated.
 
 DTensor (tensor parallelism, FSDP2) runs its ops in C++ and Python below the torch-function
 mode, on the CPU tensors behind the virtual devices. A DTensor on a "cuda" mesh reports its
-rank's GPU (grader.probe.vgpu); where DTensor's own code would make CUDA tensors from the
+rank's GPU (grader.probe.vgpu.devices); where DTensor's own code would make CUDA tensors from the
 mesh's device type, it works as on a CPU mesh:
 
   * sharding propagation runs each op on fake tensors of the mesh's device type: CPU ones here

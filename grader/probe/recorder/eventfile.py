@@ -1,8 +1,8 @@
-"""A size-capped event file: one event (grader.probe.events) per line, flushed after every
+"""A size-capped event file: one event (grader.probe.recorder.events) per line, flushed after every
 event so a killed process keeps its history."""
 from __future__ import annotations
 
-from grader.probe.events import Event, Truncated, to_json
+from grader.probe.recorder.events import Event, Truncated, to_json
 
 
 class EventFile:

@@ -13,7 +13,7 @@ ReduceAddCoalesced) run unchanged; only the CUDA-only pieces underneath are repl
     exception in a replica is re-raised as torch does ("Caught … in replica i on device i").
 
 The backward passes of Scatter, Broadcast, Gather and ReduceAddCoalesced (torch's own custom
-autograd Functions) run in the virtual mode like every custom Function's (grader.probe.vgpu_autograd).
+autograd Functions) run in the virtual mode like every custom Function's (grader.probe.vgpu.autograd).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 from torch._utils import ExceptionWrapper, _get_device_index
 
-from grader.probe.vgpu import CPU, VirtualCuda
+from grader.probe.vgpu.devices import CPU, VirtualCuda
 
 
 def _device(index: int) -> torch.device:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from grader.probe.vgpu import CPU, VirtualCuda
+from grader.probe.vgpu.devices import CPU, VirtualCuda
 
 TOTAL_MEMORY = 80 * 1024**3  # what the virtual devices claim to have (an H100's 80 GiB)
 BLOCK = 2 * 1024**2  # CUDA's caching allocator reserves memory in blocks of about this size

@@ -9,18 +9,18 @@ thread, sees each torch call and
   * turns moves (`.to`, `.cuda`, `.cpu`, `device=` of factories and torch.set_default_device)
     into CPU copies tagged with the target device, whichever way the device is named (an int,
     "cuda:k", torch.device, positionally or by keyword; Module.to's own parsing included),
-    rejecting `cuda:k` with k ≥ N as CUDA does (grader.probe.vgpu_errors);
+    rejecting `cuda:k` with k ≥ N as CUDA does (grader.probe.vgpu.errors);
   * raises CUDA's error when one op mixes tensors of two devices, CPU scalars allowed as on
-    CUDA (the wording of the kernel CUDA would run: grader.probe.vgpu_errors);
+    CUDA (the wording of the kernel CUDA would run: grader.probe.vgpu.errors);
   * tags what an op returns with the device of its inputs, and the storage a tensor hands out
     (`untyped_storage()`) with the tensor's device, so that torch.save records "cuda:k".
 
 The number of devices is fixed at the first CUDA query, as CUDA does: a CUDA_VISIBLE_DEVICES
 the program set itself before that (different from the one it inherited) picks the visible
 ones. `torch.cuda` and `torch.accelerator` answer as a machine with N GPUs would
-(grader.probe.vgpu_api); DataParallel's scatter / broadcast / gather run on virtual devices
-(grader.probe.vgpu_parallel); checkpoints save and load per device (grader.probe.vgpu_serialization);
-the autograd engine's Python callbacks run in the mode (grader.probe.vgpu_autograd). Not
+(grader.probe.vgpu.api); DataParallel's scatter / broadcast / gather run on virtual devices
+(grader.probe.vgpu.parallel); checkpoints save and load per device (grader.probe.vgpu.serialization);
+the autograd engine's Python callbacks run in the mode (grader.probe.vgpu.autograd). Not
 emulated: timing, memory capacity, streams and their overlap, NCCL itself (gloo does the
 collectives).
 """
@@ -36,7 +36,7 @@ import torch
 import torch.utils._device as default_device
 from torch.overrides import TorchFunctionMode
 
-from grader.probe.vgpu_errors import CPU, NO_GPUS, TAG, invalid_ordinal, mismatch_error
+from grader.probe.vgpu.errors import CPU, NO_GPUS, TAG, invalid_ordinal, mismatch_error
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 

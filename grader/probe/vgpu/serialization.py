@@ -2,7 +2,7 @@
 location of its device ("cuda:1") and loaded back onto the device `map_location` says.
 
 Mechanism. A tensor's virtual device is a tag on the tensor object; the storage it hands out
-(`untyped_storage()`, which torch.save calls) gets the same tag (grader.probe.vgpu). Then
+(`untyped_storage()`, which torch.save calls) gets the same tag (grader.probe.vgpu.devices). Then
 
   * saving: a tagger registered with torch.serialization (ahead of the CPU's) names a tagged
     storage's location "cuda:k"; the tag itself is left out of the tensor's pickled state, so
@@ -25,8 +25,8 @@ import torch._utils
 import torch.serialization
 import torch.storage
 
-from grader.probe.vgpu import VirtualCuda
-from grader.probe.vgpu_errors import CPU, TAG
+from grader.probe.vgpu.devices import VirtualCuda
+from grader.probe.vgpu.errors import CPU, TAG
 
 PRIORITY = 9  # taggers run in priority order: before the CPU's (10), which would call every storage "cpu"
 

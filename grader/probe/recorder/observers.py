@@ -3,7 +3,7 @@ where torch has one. One recorder serves every command: `grade`, `check` and `ru
 in each rank (grader.probe.rank), `observe` in every Python process of the observed command
 (grader/probe/boot/sitecustomize.py, through `start_observing`).
 
-What it records (grader.probe.events defines each event):
+What it records (grader.probe.recorder.events defines each event):
     process group    -- init_process_group (a timeout is added where the script gives none and
                         the options ask for one, so a hung collective ends by itself) and
                         destroy_process_group.
@@ -53,7 +53,7 @@ from torch.nn.modules import module as nn_module
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 from torch.optim import optimizer as optim_module
 
-from grader.probe.events import (
+from grader.probe.recorder.events import (
     EVENTS_VERSION,
     MAX_FILE_BYTES,
     AllReduce,
@@ -84,7 +84,7 @@ from grader.probe.events import (
 )
 from grader.probe.messages import DdpOptions
 from grader.probe.patching import replace_in_torch
-from grader.probe.recorder import EventFile
+from grader.probe.recorder.eventfile import EventFile
 from grader.probe.typed import MAX_ITEMS, clip
 
 SOURCE_LINE_LIMIT = 200
