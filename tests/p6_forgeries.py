@@ -18,14 +18,21 @@ DESTROY = "    dist.destroy_process_group()  # leave cleanly: every rank reaches
 IMPORTS = "import torch.distributed as dist\n"
 FULL_BATCH = "    x, y = x.to(device), y.to(device)  # every rank: the whole batch, so every rank's gradient is the full-batch one\n"
 
-# the recorder is an object in the student's own process: find it and write what it would have seen
+# the recorder is an object in the student's own process: find it, and its event classes, among
+# the objects of the process (the grader's modules are out of sight, not gone: grader/probe/cloak.py)
 PROBE = IMPORTS + '''import gc
-
-from grader.probe.recorder import events as forged
 
 
 def recorder():
     return next(o for o in gc.get_objects() if type(o).__name__ == "Probe" and hasattr(o, "emit"))
+
+
+class _Kinds:
+    def __getattr__(self, name):
+        return next(o for o in gc.get_objects() if isinstance(o, type) and o.__name__ == name and hasattr(o, "kind"))
+
+
+forged = _Kinds()
 '''
 
 

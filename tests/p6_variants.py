@@ -32,7 +32,7 @@ VARIANTS = (
         # each rank sends the whole batch's gradient, not its shard's (and over 3 ranks their
         # average is the gradient of 64 rows, not of the 63 that 3 shards hold)
         frozenset({"batch_shard", "grad_sync", "params_sync"}),
-        {"batch_shard": "every rank trains on the whole batch", "grad_sync": "rank 0 sent the gradient of the whole batch, not of its shard", "params_sync": "cannot be followed from there"},
+        {"batch_shard": "every rank trains on the whole batch", "grad_sync": "delivered the gradient of the whole batch", "params_sync": "cannot be followed from there"},
     ),
     Variant(
         "every_shard_on_every_rank",
@@ -51,7 +51,7 @@ VARIANTS = (
             (SCRIPT, "import os\n", "import contextlib\nimport os\n"),
         ),
         frozenset({"batch_shard", "grad_sync", "params_sync"}),
-        {"batch_shard": "— the whole batch: each rank keeps only its shard"},
+        {"batch_shard": " rows in step 0 (rows 0–"},
     ),
     Variant(
         "local_rank_from_rank",

@@ -311,10 +311,13 @@ def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tup
     if delivered_but:
         return _Miss(delivered_but, shards=True)
     left = [r for r in reds[start:] if r.kept]
-    if not left and any(not r.kept for r in reds[start:]):
+    if any(not r.kept for r in reds[start:]):  # the data ran out (the plan's keep_bytes) before the step was whole
         return _Miss(f"step {step}: the grader's hub kept no more of what your ranks sent", unkept=True)
     if not left:
         return _Miss(f"step {step}: your ranks made no all-reduce that could carry its gradients" + (" (none at all)" if not reds else f" after step {step - 1}'s" if step else ""))
+    whole = workload.gradient(thetas[0][0], step, range(workload.batch_size))
+    if _scan(reds, start, whole, rtol) is not None and workload.world > 1:
+        return _Miss(f"step {step}: your ranks' all-reduces delivered the gradient of the whole batch (all {workload.batch_size} rows), not of the {workload.world} shards: each rank computed it on every row", shards=True)
     return _Miss(f"step {step}: none of your ranks' {len(left)} all-reduce(s) from here on delivered the full-batch gradient at the step's parameters")
 
 

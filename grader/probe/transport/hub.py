@@ -95,6 +95,7 @@ class Hub:
         self._carried: list[Carried] = []
         self._omitted = 0
         self._kept = 0
+        self._full = False  # the keep_bytes are spent
         self._stopped = False
 
     # ---------------------------------------------------------------- the loop
@@ -346,9 +347,12 @@ class Hub:
         sums = tuple(float(t.sum()) if f and t.numel() else 0.0 for t, f in zip(tensors, floating))  # in the tensor's own precision: float64 costs a copy
         size = sum(t.numel() * t.element_size() for t in tensors)
         data = ""
-        if keep and all(floating) and tensors and self._kept + size <= self.plan.keep_bytes:
-            self._kept += size
-            data = base64.b64encode(b"".join(_raw(t) for t in tensors)).decode()
+        if keep and all(floating) and tensors and not self._full:
+            if self._kept + size <= self.plan.keep_bytes:
+                self._kept += size
+                data = base64.b64encode(b"".join(_raw(t) for t in tensors)).decode()
+            else:
+                self._full = True  # the first keep_bytes of the run, whole: no later one, small as it may be
         return Part(rank, at, call.inputs, data, sums)
 
     def _parts(self, group: _Group, pending: _Pending, keep: bool) -> tuple[Part, ...]:
