@@ -143,6 +143,11 @@ BUGGY = (
         "    for p in model.parameters():\n        dist.all_reduce(p.grad)\n        p.grad /= world_size\n" + STEP)], NO_DDP),
     v("dummy_all_reduce_in_last_micro_batch_cheat", [(WRAP, NO_WRAP), (CONTEXT, NO_CONTEXT), (BACKWARD,
         BACKWARD + "            if last:\n                dist.all_reduce(torch.zeros(1))  # one collective, in the last micro-batch\n")], NO_DDP),
+    # one backward pass for every micro-batch's loss: the right gradients, but not a pass per micro-batch
+    v("one_backward_for_all_micro_batches", [(BODY,
+        "        out = model(mx)\n"
+        "        total = loss_fn(out, my.to(stage2_device)) / shard + (total if i else 0)\n"),
+        (STEP, "    total.backward()\n    loss = total\n" + STEP)], {"passes_per_step"}),
 )
 
 # ---------------------------------------------------------------------------------------------------
@@ -269,6 +274,19 @@ CORRECT = (
     v("gradient_as_bucket_view", [(WRAP, "    model = DDP(model, device_ids=None, gradient_as_bucket_view=True)\n")]),
     v("model_zero_grad_keeps_tensors", [(ZERO, "    model.zero_grad(set_to_none=False)\n")]),
     v("answers_gpus_listed_in_another_order", [(ANS, A_RANK0, "    rank0: [2, 0]"), (ANS, A_RANK1, "    rank1: [3, 1]")]),
+    # collectives and conventions of its own: carried, and judged by the training they make
+    v("seed_broadcast_from_rank_zero", [(SEED_MODEL, "if ddp:\n    shared = torch.tensor([seed])\n    dist.broadcast(shared, src=0)\n"
+                                                     "    seed = int(shared.item())\n" + SEED_MODEL)]),
+    v("loss_reduced_to_rank_zero_for_the_log", [(STEP, "    if ddp:\n        logged = loss.detach().clone()\n        dist.reduce(logged, dst=0)\n" + STEP)]),
+    # a summed loss, the averaged gradients divided by the shard's rows before the step: the same update
+    v("summed_loss_gradients_divided_before_the_step", [(LOSS, "            loss = loss_fn(out, my.to(stage2_device))\n"),
+                                                        (STEP, "    for p in model.parameters():\n        p.grad /= shard\n" + STEP)]),
+    # the first micro-batches through the wrapped module (no DDP, so no sync), the last through DDP
+    v("micro_batches_through_the_module_but_the_last", [(BODY,
+        "        net = model.module if ddp and not last else model\n"
+        "        out = net(mx)\n"
+        "        loss = loss_fn(out, my.to(stage2_device)) / shard\n"
+        "        loss.backward()\n")]),
 )
 
 CORPUS = BUGGY + CORRECT
@@ -276,12 +294,7 @@ CORPUS = BUGGY + CORRECT
 
 # The grader's verdicts on these differ from the first expectation by design (see why): the
 # checks they also lose, and why.
-BY_DESIGN: dict[str, tuple[frozenset[str], str]] = {
-    'whole_batch_on_every_rank_cheat': (frozenset({'grad_sync', 'params_sync'}), "the grader's witness feeds its own shard with DDP: the whole-batch gradients the ranks send do not average to the full-batch gradient with it (README: what the all-reduces delivered to the witness)"),
-    'loss_all_reduced_instead_of_gradients_cheat': (frozenset({'passes_per_step', 'clean_exit'}), "without DDP the grader's witness stops, and the script's own collective then loses its peer: the explanation names the witness's reason"),
-    'gradients_averaged_by_hand_cheat': (frozenset({'passes_per_step', 'clean_exit'}), "without DDP the grader's witness stops, and the script's own collective then loses its peer: the explanation names the witness's reason"),
-    'dummy_all_reduce_in_last_micro_batch_cheat': (frozenset({'passes_per_step', 'clean_exit'}), "without DDP the grader's witness stops, and the script's own collective then loses its peer: the explanation names the witness's reason"),
-}
+BY_DESIGN: dict[str, tuple[frozenset[str], str]] = {}
 CORPUS = tuple(replace(c, loses=c.loses | BY_DESIGN[c.name][0]) if c.name in BY_DESIGN else c for c in CORPUS)
 
 # Cases whose expectation follows the requirement but the grader disagrees (grader defects, seen

@@ -89,6 +89,15 @@ BUGGY = (
                                       "    y = y[rank * shard : (rank + 1) * shard - 1].to(device)\n")], TRAINING),
     v("shard_of_world_size_rows", [(SHARD, "    x = x[rank * world_size : (rank + 1) * world_size].to(device)\n"
                                            "    y = y[rank * world_size : (rank + 1) * world_size].to(device)\n")], TRAINING),
+    # every rank's own code meets a remainder (the drawn batch sizes are odd): the last rank keeps it
+    v("last_rank_keeps_the_remainder", [(SHARD, "    end = batch_size if rank == world_size - 1 else (rank + 1) * shard\n"
+                                                "    x = x[rank * shard : end].to(device)\n    y = y[rank * shard : end].to(device)\n")], TRAINING),
+    # a table of the shards for the batch of 64 the template starts with: wrong for the drawn sizes
+    v("shard_sizes_from_a_table_for_64", [("shard = batch_size // world_size\n", "shard = {1: 64, 2: 32, 3: 21, 4: 16}[world_size]\n")], TRAINING),
+    # right only where it sees a grader (its modules, its variables): it sees none
+    v("right_only_where_it_sees_a_grader", [(SHARD, "    graded = any('grader' in m for m in sys.modules) or any(k.startswith('GRADER') for k in os.environ)\n"
+                                                     "    if graded:\n" + SHARD.replace("    x", "        x").replace("    y", "        y") + "    else:\n" + WHOLE_BATCH.replace("    x", "        x"))],
+      TRAINING),
     # --- the loss and the optimizer ----------------------------------------------------------------
     v("loss_times_world_size", [(LOSS, "    loss = loss_fn(model(x), y) * world_size  # DDP divides by world_size: undo it\n")], SYNC),
     v("loss_divided_by_world_size", [(LOSS, "    loss = loss_fn(model(x), y) / world_size  # average over the ranks\n")], SYNC),
@@ -100,6 +109,9 @@ BUGGY = (
     v("process_group_never_destroyed", [(DESTROY, "    pass\n")], {"clean_exit"}, {"clean_exit": "never called dist.destroy_process_group()"}),
     v("destroyed_on_rank_zero_only", [(DESTROY, "    if rank == 0:\n        dist.destroy_process_group()\n")], {"clean_exit"}),
     v("barrier_after_destroy", [(DESTROY, "    dist.destroy_process_group()\n    dist.barrier()  # wait for the others\n")], {"clean_exit"}),
+    # rank 0 alone all-reduces (its logged loss): the other ranks' next collective is DDP's
+    v("all_reduce_on_rank_zero_only", [(BACKWARD, BACKWARD + "    if rank == 0:\n        dist.all_reduce(loss.detach().clone())  # for the log\n")],
+      SYNC | {"clean_exit"}),
     # --- cheats: points without the work --------------------------------------------------------------
     v("whole_batch_no_communication_cheat", [(WRAP, NO_WRAP), (SHARD, WHOLE_BATCH)], TRAINING,
       {"batch_shard": "every rank trains on the whole batch"}),
@@ -245,6 +257,15 @@ CORRECT = (
                              "                find_unused_parameters=True, gradient_as_bucket_view=True, broadcast_buffers=False)\n")]),
     v("ddp_static_graph", [(WRAP, '    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None, static_graph=True)\n')]),
     v("model_zero_grad_keeps_tensors", [(ZERO, "    model.zero_grad(set_to_none=False)\n")]),
+    # collectives of its own beside DDP's: carried, and judged for nothing
+    v("barrier_after_setup", [(INIT, INIT + "    dist.barrier()  # every rank is up\n")]),
+    v("loss_reduced_to_rank_zero_for_the_log", [(BACKWARD, BACKWARD + "    logged = loss.detach().clone()\n    if ddp:\n        dist.reduce(logged, dst=0)\n")]),
+    v("loss_gathered_for_the_log", [(BACKWARD, BACKWARD + "    if ddp:\n        losses = [torch.zeros(()) for _ in range(world_size)]\n"
+                                                          "        dist.all_gather(losses, loss.detach().cpu())\n")]),
+    v("seed_broadcast_from_rank_zero", [(SEED, "if dist.is_initialized():\n    shared = torch.tensor([seed])\n    dist.broadcast(shared, src=0)\n"
+                                               "    seed = int(shared.item())\ntorch.manual_seed(seed)\n")]),
+    # torch.compile of the DDP model, as torch runs it on the CPU
+    v("compiled_with_aot_eager", [(WRAP, WRAP + '    model = torch.compile(model, backend="aot_eager")\n')]),
 )
 
 CORPUS = BUGGY + CORRECT
@@ -252,14 +273,7 @@ CORPUS = BUGGY + CORRECT
 
 # The grader's verdicts on these differ from the first expectation by design (see why): the
 # checks they also lose, and why.
-BY_DESIGN: dict[str, tuple[frozenset[str], str]] = {
-    'whole_batch_on_every_rank_with_ddp': (frozenset({'grad_sync', 'params_sync'}), "the grader's witness feeds its own shard with DDP: the whole-batch gradients the ranks send do not average to the full-batch gradient with it (README: what the all-reduces delivered to the witness)"),
-    'lr_scaled_by_world_size': (frozenset({'grad_sync'}), "after step 0 the ranks' parameters leave single-process training's, and grad_sync compares every step with the reference's gradients"),
-    'loss_all_reduced_instead_of_gradients_cheat': (frozenset({'clean_exit'}), "without DDP the grader's witness stops, and the script's own collective then loses its peer: the explanation names the witness's reason"),
-    'gradients_averaged_by_hand_cheat': (frozenset({'clean_exit'}), "without DDP the grader's witness stops, and the script's own collective then loses its peer: the explanation names the witness's reason"),
-    'dummy_all_reduce_cheat': (frozenset({'clean_exit'}), "without DDP the grader's witness stops, and the script's own collective then loses its peer: the explanation names the witness's reason"),
-    'dummy_all_reduce_whole_batch_cheat': (frozenset({'clean_exit'}), "without DDP the grader's witness stops, and the script's own collective then loses its peer: the explanation names the witness's reason"),
-}
+BY_DESIGN: dict[str, tuple[frozenset[str], str]] = {}
 CORPUS = tuple(replace(c, loses=c.loses | BY_DESIGN[c.name][0]) if c.name in BY_DESIGN else c for c in CORPUS)
 
 # Cases whose expectation follows the requirement but the grader disagrees (grader defects, seen

@@ -323,23 +323,25 @@ def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tup
 
 def step_ends(report: TrafficReport, seen: TrainingSeen, steps: int) -> tuple[float, ...] | str:
     """When each of `steps` steps ended by the hub's clock: the delivery of its last gradient
-    all-reduce. The steps `seen` shows give theirs; each later step is the next all-reduces of
-    the sizes the last seen step's were (in their order; others between them, a loss for the
-    log, are passed over). A string says why they cannot all be found."""
+    all-reduce. The steps `seen` shows give theirs; each later step is the next all-reduces
+    that, together, reduce as many values as the last seen step's did (every gradient, once
+    per bucket and per sync), passing over those that would reduce more (a loss for the log
+    between them): DDP may group the buckets anew after a step, never the gradients' total."""
     if not seen.steps:
         return "no step's gradients were found in what the ranks all-reduced"
     reds = reductions(report)
     at = {red.position: index for index, red in enumerate(reds)}
-    pattern = [reds[at[position]].numel for position in seen.steps[-1].syncs]
+    target = sum(reds[at[position]].numel for position in seen.steps[-1].syncs)
     ends = [step.end for step in seen.steps]
     index = at[seen.steps[-1].syncs[-1]] + 1
     while len(ends) < steps:
-        matched = 0
-        while index < len(reds) and matched < len(pattern):
-            matched += reds[index].numel == pattern[matched]
+        total = 0
+        while index < len(reds) and total < target:
+            if total + reds[index].numel <= target:
+                total += reds[index].numel
             index += 1
-        if matched < len(pattern):
-            return f"step {len(ends)}: your ranks made no more all-reduces like those of step {len(ends) - 1} ({len(ends)} of {steps} steps found)"
+        if total < target:
+            return f"step {len(ends)}: your ranks made no more all-reduces of the size of a step's gradients ({len(ends)} of {steps} steps found)"
         ends.append(reds[index - 1].at)
     return tuple(ends)
 

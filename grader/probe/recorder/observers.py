@@ -575,6 +575,8 @@ class Probe:
         }
 
     def _forward_pre(self, module, args) -> None:
+        if torch.compiler.is_compiling():  # torch.compile traces the script's modules: the recorder stays out of its graph
+            return
         stack = self._stack()
         fields = None
         try:
@@ -584,6 +586,8 @@ class Probe:
         stack.append(_Frame(module, fields, self.begin() if fields is not None else None))
 
     def _forward_post(self, module, args, output) -> None:
+        if torch.compiler.is_compiling():
+            return
         stack = self._stack()
         if not stack:
             return

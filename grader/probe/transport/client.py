@@ -332,6 +332,9 @@ class CarriedGroup(dist.ProcessGroup):
 
 
 CarriedGroup.__module__, CarriedGroup.__name__, CarriedGroup.__qualname__ = dist.ProcessGroup.__module__, "ProcessGroup", "ProcessGroup"  # as gloo's is (grader/probe/cloak.py)
+for _name, _method in list(vars(CarriedGroup).items()):  # torch.compile calls them as it calls gloo's: as they are, not traced
+    if callable(_method) and not _name.startswith("__") and _name not in ("group_name", "pg_name"):
+        setattr(CarriedGroup, _name, torch.compiler.disable(_method))
 
 
 def _creator(channel: Channel) -> Callable[..., CarriedGroup]:
