@@ -235,6 +235,19 @@ def _other_update(workload: FakeWorkload, lr_factor: float) -> FakeWorkload:
     return changed_lr
 
 
+def test_a_checked_run_whose_kept_data_ends_before_its_last_step_fails_grad_and_params_sync() -> None:
+    """A checked run keeps 64 MiB: a script that sends that much before its training's end (junk
+    all-reduced first, then steps the grader cannot see) is not followed on faith."""
+    report = ddp_traffic(FakeWorkload(2), contiguous(2))
+    last = max(i for i, c in enumerate(report.carried) if c.kind == "all_reduce")
+    cut = replace(report, carried=tuple(replace(c, members=tuple(replace(p, data="") for p in c.members)) if i == last else c for i, c in enumerate(report.carried)), kept_bytes=64 << 20)
+    run = ddp_run(traffic=cut)
+    grad, params = judge("grad_sync", run), judge("params_sync", run)
+    assert not grad.passed and "step 2: the grader's hub kept none of your all-reduces from here on (it kept the first 64 MiB" in grad.summary, grad.summary
+    assert "what did your ranks send beside the gradients?" in grad.summary
+    assert not params.passed and "the parameters your ranks trained from cannot be followed from there" in params.summary, params.summary
+
+
 def test_clean_exit_wants_destroy_and_status_zero_and_no_leftovers() -> None:
     run = ddp_run()
     without(run.ranks[1], DestroyPg)

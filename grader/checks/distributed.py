@@ -413,6 +413,8 @@ def grad_sync(ctx: CheckContext) -> Verdict:
             if seen.steps and not seen.shards_wrong:
                 hint = " — step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?"
             return False, (failures.explain(run) or seen.problem + hint) + (f"; {calls}" if seen.steps else "")
+        if seen.cut:  # a checked run keeps 64 MiB, hundreds of times what the practical's training sends
+            return False, f"{seen.cut}: what did your ranks send beside the gradients?; {calls}"
         if not seen.started and world > 1:
             return False, (
                 "the gradients are right, but no DistributedDataParallel of the model was built (rank 0 never broadcast its initial parameters, "
@@ -447,6 +449,8 @@ def params_sync(ctx: CheckContext) -> Verdict:
             )
         if seen.problem:
             return False, failures.explain(run) or f"{seen.problem}: the parameters your ranks trained from cannot be followed from there"
+        if seen.cut:
+            return False, f"{seen.cut}: the parameters your ranks trained from cannot be followed from there"
         wrong = final_parameters(run, ctx.references[run.spec.name], seen, rtol, atol)
         if wrong:
             return False, wrong

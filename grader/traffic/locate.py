@@ -8,7 +8,9 @@ the expected gradient times one scale (a mean or a summed loss, averaged or summ
 ranks). The usual layouts are tried first (the parameters in their order or in reverse, one
 after the other from the start: a flattened copy, DDP's first buckets; or one alone); where
 they do not fit, every offset is tried at once, anchored at the gradient's two largest
-elements, and the runs that fit the anchors compared whole.
+elements, and the runs that fit the anchors compared whole (a one-element gradient, which
+other elements may match by chance, next to a gradient already found, or else where it fits
+best).
 """
 from __future__ import annotations
 
@@ -78,13 +80,22 @@ def locate(delivered: torch.Tensor, expected: Mapping[str, torch.Tensor], rtol: 
         keep = (anchor != 0) & ((delivered[starts + second] - ratio * want[second]).abs() <= rtol * ratio.abs() * want[second].abs() + atol)
         if scale is not None:
             keep &= (anchor - scale * want[first]).abs() <= rtol * abs(scale) * want[first].abs() + atol
-        for start in starts[keep].tolist():
+        free = [start for start in starts[keep].tolist() if not any(start < end and begin < start + n for begin, end in taken)]
+        if n == 1:
+            free = _likeliest(free, delivered, float(scale * want[0]), taken)
+        for start in free:
             s = float(delivered[start + first] / want[first]) if scale is None else scale
-            if any(start < end and begin < start + n for begin, end in taken):
-                continue
             if _close(delivered[start : start + n], s * want, rtol, atol * abs(s)):
                 found[name] = Located(start, s)
                 taken.append((start, start + n))
                 scale = s
                 break
     return found
+
+
+def _likeliest(starts: list[int], delivered: torch.Tensor, value: float, taken: list[tuple[int, int]]) -> list[int]:
+    """A one-element gradient's candidate offsets, likeliest first: within rtol of its value, one
+    of a large bucket's other elements may be too, by chance; the element next to a gradient
+    already found comes first (a bucket holds its parameters side by side), then the closest."""
+    edges = {end for _, end in taken} | {begin - 1 for begin, _ in taken}
+    return sorted(starts, key=lambda start: (start not in edges, abs(float(delivered[start]) - value)))

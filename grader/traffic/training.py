@@ -86,7 +86,7 @@ class TrainingSeen:
     others: tuple[str, ...]  # the other operations, described (a loss all-reduced for the log, a barrier, ...)
     reductions: int  # all-reduces of floating-point values in all
     shards_wrong: bool = False  # the problem: the full-batch gradient arrived, but not every rank sent its shard's
-    unkept: bool = False  # the steps stop where the hub kept no more data (its plan's keep_bytes): no problem
+    cut: str | None = None  # why the steps stop where the hub kept no more data (its plan's keep_bytes): a timed launch's usual end
     started: bool = False  # rank 0 broadcast the model's initial parameters before the first step (as DDP does when it is built)
 
     def syncs_per_step(self) -> list[int]:
@@ -154,16 +154,14 @@ def _scan(reds: Sequence[Reduction], start: int, full: Mapping[str, torch.Tensor
     scale = None
     for index in range(start, len(reds)):
         red = reds[index]
+        if len(located) == len(full):
+            break  # the step is whole: a one-element gradient would fit some value of the next by chance
         if not red.kept:
-            if len(located) == len(full):
-                break
             continue
         here = locate(red.delivered, full, rtol, scale=scale)
         if scale is None and here:
             scale = next(iter(here.values())).scale
         if not here:
-            if len(located) == len(full):
-                break
             continue
         located.update({name: (index, at) for name, at in here.items()})
         final.append(index)
@@ -244,14 +242,16 @@ def analyse(report: TrafficReport, workload: Workload, claims: Claims = Claims()
     seen: list[StepSeen] = []
     used: list[tuple[int, ...]] = []
     start = 0
-    problem, shards_wrong, unkept = None, False, False
+    problem, shards_wrong, cut = None, False, None
     for step in range(workload.steps if steps is None else steps):
         reference = workload.parameters(used)
         thetas = [(reference, True)] + ([(claims.params[step], False)] if step in claims.params else [])
         outcome = _step(reds, start, step, thetas, _shards(workload, claims, step), workload, ranks, rtol, atol)
         if isinstance(outcome, _Miss):
             if outcome.unkept:
-                unkept = True
+                cut = f"{outcome.why} (it kept the first {report.kept_bytes / 2**20:.3g} MiB of the floating-point data your ranks sent)"
+                if not seen:  # not one step in what it kept: nothing to time or judge by
+                    problem = cut
             else:
                 problem, shards_wrong = outcome.why, outcome.shards
             break
@@ -261,7 +261,7 @@ def analyse(report: TrafficReport, workload: Workload, claims: Claims = Claims()
     first = reds[seen[0].syncs[0]].position if seen else len(report.carried)
     started = _broadcast_start(report, first, workload.parameters([]), rtol)
     used_positions = [reds[i].position for s in seen for i in s.syncs]
-    return TrainingSeen(tuple(_positions(seen, reds)), problem, others(report, used_positions), len(reds), shards_wrong, unkept, started)
+    return TrainingSeen(tuple(_positions(seen, reds)), problem, others(report, used_positions), len(reds), shards_wrong, cut, started)
 
 
 def _broadcast_start(report: TrafficReport, before: int, initial: Params, rtol: float) -> bool:
@@ -312,7 +312,8 @@ def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tup
         return _Miss(delivered_but, shards=True)
     left = [r for r in reds[start:] if r.kept]
     if any(not r.kept for r in reds[start:]):  # the data ran out (the plan's keep_bytes) before the step was whole
-        return _Miss(f"step {step}: the grader's hub kept no more of what your ranks sent", unkept=True)
+        kept = f"none of the {len(left)} all-reduce(s) of yours that the grader's hub kept from here on delivered the full-batch gradient at the step's parameters" if left else "the grader's hub kept none of your all-reduces from here on"
+        return _Miss(f"step {step}: {kept}", unkept=True)
     if not left:
         return _Miss(f"step {step}: your ranks made no all-reduce that could carry its gradients" + (" (none at all)" if not reds else f" after step {step - 1}'s" if step else ""))
     whole = workload.gradient(thetas[0][0], step, range(workload.batch_size))
