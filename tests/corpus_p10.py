@@ -278,6 +278,18 @@ CORRECT = (
     v("seed_broadcast_from_rank_zero", [(SEED_MODEL, "if ddp:\n    shared = torch.tensor([seed])\n    dist.broadcast(shared, src=0)\n"
                                                      "    seed = int(shared.item())\n" + SEED_MODEL)]),
     v("loss_reduced_to_rank_zero_for_the_log", [(STEP, "    if ddp:\n        logged = loss.detach().clone()\n        dist.reduce(logged, dst=0)\n" + STEP)]),
+    v("loss_gathered_for_the_log", [(STEP, "    if ddp:\n        losses = [torch.zeros((), device=loss.device) for _ in range(world_size)]\n"
+                                           "        dist.all_gather(losses, loss.detach())\n" + STEP)]),
+    v("loss_sent_to_rank_zero", [(STEP, "    if ddp and rank > 0:\n        dist.send(loss.detach().reshape(1), dst=0)\n"
+                                        "    elif ddp:\n        for other in range(1, world_size):\n"
+                                        "            got = torch.zeros(1, device=loss.device)\n            dist.recv(got, src=other)\n" + STEP)]),
+    v("loss_all_reduced_in_a_subgroup_for_the_log", [(STEP, "    if ddp:\n        logged = loss.detach().clone()\n"
+                                                            "        dist.all_reduce(logged, group=log_group)\n" + STEP),
+                                                     (WRAP, "    log_group = dist.new_group(ranks=list(range(world_size)))\n" + WRAP)]),
+    v("comm_hook_allreduce", [(WRAP, WRAP + "    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+                                            "    model.register_comm_hook(None, default_hooks.allreduce_hook)\n")]),
+    v("ddp_on_a_device_mesh", [(WRAP, "    from torch.distributed.device_mesh import init_device_mesh\n"
+                                      '    model = DDP(model, device_ids=None, device_mesh=init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", (world_size,)))\n')]),
     # a summed loss, the averaged gradients divided by the shard's rows before the step: the same update
     v("summed_loss_gradients_divided_before_the_step", [(LOSS, "            loss = loss_fn(out, my.to(stage2_device))\n"),
                                                         (STEP, "    for p in model.parameters():\n        p.grad /= shard\n" + STEP)]),

@@ -118,8 +118,10 @@ BUGGY = (
     v("loss_all_reduced_instead_of_gradients_cheat", [(WRAP, NO_WRAP), (BACKWARD,
         "    loss.backward()\n    synced = loss.detach().clone()\n    dist.all_reduce(synced)  # the ranks talk: the loss is averaged\n"
         "    synced /= world_size\n")], SYNC),
+    # the average is right, so the parameters follow single-process training: only DDP is missing
     v("gradients_averaged_by_hand_cheat", [(WRAP, NO_WRAP), (BACKWARD,
-        "    loss.backward()\n    for p in model.parameters():\n        dist.all_reduce(p.grad)\n        p.grad /= world_size\n")], SYNC),
+        "    loss.backward()\n    for p in model.parameters():\n        dist.all_reduce(p.grad)\n        p.grad /= world_size\n")], {"grad_sync"},
+      {"grad_sync": "no DistributedDataParallel of the model was built"}),
     v("dummy_all_reduce_cheat", [(WRAP, NO_WRAP), (BACKWARD,
         "    loss.backward()\n    dist.all_reduce(torch.zeros(1, device=device))  # one collective per step\n")], SYNC),
     v("dummy_all_reduce_whole_batch_cheat", [(WRAP, NO_WRAP), (SHARD, WHOLE_BATCH), (BACKWARD,
@@ -264,6 +266,25 @@ CORRECT = (
                                                           "        dist.all_gather(losses, loss.detach().cpu())\n")]),
     v("seed_broadcast_from_rank_zero", [(SEED, "if dist.is_initialized():\n    shared = torch.tensor([seed])\n    dist.broadcast(shared, src=0)\n"
                                                "    seed = int(shared.item())\ntorch.manual_seed(seed)\n")]),
+    # comm hooks, subgroups, point-to-point and DeviceMesh: carried like DDP's own, judged for nothing
+    v("comm_hook_allreduce", [(WRAP, WRAP + "    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+                                            "    model.register_comm_hook(None, default_hooks.allreduce_hook)\n")]),
+    v("comm_hook_fp16_compress", [(WRAP, WRAP + "    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+                                                "    model.register_comm_hook(None, default_hooks.fp16_compress_hook)\n")]),
+    v("ddp_over_a_subgroup_of_every_rank", [(WRAP, "    everyone = dist.new_group(ranks=list(range(world_size)))\n"
+                                                   '    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None, process_group=everyone)\n')]),
+    v("loss_all_reduced_in_a_subgroup_for_the_log", [(INIT, INIT + "    log_group = dist.new_group()\n"),
+                                                     (BACKWARD, BACKWARD + "    if ddp:\n        logged = loss.detach().clone()\n        dist.all_reduce(logged, group=log_group)\n")]),
+    v("loss_sent_to_rank_zero", [(BACKWARD, BACKWARD + "    if ddp and rank > 0:\n        dist.send(loss.detach().reshape(1), dst=0)\n"
+                                                       "    elif ddp:\n        for other in range(1, world_size):\n"
+                                                       "            got = torch.zeros(1, device=device)\n            dist.recv(got, src=other)\n")]),
+    v("loss_gathered_on_rank_zero", [(BACKWARD, BACKWARD + "    if ddp:\n        into = [torch.zeros(1, device=device) for _ in range(world_size)] if rank == 0 else None\n"
+                                                           "        dist.gather(loss.detach().reshape(1), into, dst=0)\n")]),
+    v("rank_numbers_scattered_from_rank_zero", [(WORLD, WORLD + "    mine = torch.zeros(1)\n"
+                                                        "    dist.scatter(mine, [torch.tensor([float(r)]) for r in range(world_size)] if int(os.environ['RANK']) == 0 else None, src=0)\n")]),
+    v("ddp_on_a_device_mesh", [(WRAP, "    from torch.distributed.device_mesh import init_device_mesh\n"
+                                      "    mesh = init_device_mesh(device.type, (world_size,))\n"
+                                      '    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None, device_mesh=mesh)\n')]),
     # torch.compile of the DDP model, as torch runs it on the CPU
     v("compiled_with_aot_eager", [(WRAP, WRAP + '    model = torch.compile(model, backend="aot_eager")\n')]),
 )

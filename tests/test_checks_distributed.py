@@ -129,7 +129,10 @@ def test_batch_shard_rests_on_what_each_rank_all_reduced_and_explains_by_the_rec
     assert "rank 2 and rank 0 both fed rows 0–15 of step 0 — the shard follows RANK, not LOCAL_RANK" in judge("batch_shard", by_local_rank).summary
     records_lie = ddp_run(traffic=ddp_traffic(FakeWorkload(2), whole_batch))  # records of a shard each; the traffic shows the whole batch
     verdict = judge("batch_shard", records_lie)
-    assert not verdict.passed and "rank 0 sent the gradient of the whole batch, not of its shard" in verdict.summary
+    assert not verdict.passed and "every rank trains on the whole batch (all 64 rows): what each rank all-reduced is the whole batch's gradient, not its shard's" in verdict.summary
+    # the training itself is single-process training's on the whole batch: only the split is wrong
+    assert "each rank's the whole batch's (batch_shard's concern" in judge("grad_sync", records_lie).details[0]
+    assert judge("params_sync", records_lie).passed
 
 
 def test_batch_shard_accepts_any_split_into_equal_disjoint_shards() -> None:

@@ -262,7 +262,7 @@ def batch_shard(ctx: CheckContext) -> Verdict:
         left = batch - want * world
         dropped = f"; {left} left over and dropped" if left else ""
         seen = training_of(ctx, run)
-        if isinstance(seen, TrainingSeen) and seen.steps and not seen.shards_wrong:
+        if isinstance(seen, TrainingSeen) and seen.steps and not seen.shards_wrong and not seen.whole_batch:
             return True, f"{world} × {want} rows{dropped}: what each rank all-reduced is its own shard's gradient ({_split_name(seen.steps[0].layout)})"
         if not any(model_forwards(r) for r in run.ranks):
             return missing(run, "a forward pass of the model")
@@ -279,6 +279,8 @@ def batch_shard(ctx: CheckContext) -> Verdict:
         reference = ctx.references.get(run.spec.name)
         batches = [reference.workload.row_sums(step) for step in range(reference.workload.steps)] if reference is not None else []
         problems = problems or shard_problems(run, batches, want)
+        if isinstance(seen, TrainingSeen) and seen.whole_batch:
+            return False, "; ".join(problems[:2]) if problems else f"every rank trains on the whole batch (all {batch} rows): what each rank all-reduced is the whole batch's gradient, not its shard's"
         if isinstance(seen, TrainingSeen) and seen.shards_wrong:
             return False, "; ".join(problems[:2]) if problems else seen.problem or ""
         if problems:
@@ -367,7 +369,7 @@ def final_parameters(run: JobResult, reference: Any, seen: TrainingSeen, rtol: f
             return f"rank {rank.rank} took {len(params)} of {steps} optimizer steps ({failures.rank_end(rank) or failures.explain(run) or 'stopped early'})"
         if not params[steps - 1]:
             return f"rank {rank.rank}'s records hold no parameters after its last step, where the last update shows"
-        diff = compare(params[steps - 1], want, rtol, atol)
+        diff = compare(params[steps - 1], want, max([rtol, *(step.rtol for step in seen.steps)]), atol)
         if not diff.ok:
             return f"after {steps} steps rank {rank.rank}'s parameters (as its records show them) differ from single-process training ({diff.describe()})"
     return None
@@ -377,7 +379,7 @@ def _unsynced_hint(run: JobResult) -> str:
     """Why no all-reduce carried gradients, as the records tell."""
     wrapped = any(rank.first(Ddp) is not None for rank in run.ranks)
     if not wrapped:
-        return " — no all-reduce at all: is the model wrapped in DistributedDataParallel?"
+        return " — no all-reduce at all: is the model wrapped in DistributedDataParallel? (without DistributedDataParallel each rank trains its own copy)"
     return " — DDP made no all-reduce: is every backward pass inside model.no_sync()?"
 
 
@@ -422,7 +424,8 @@ def grad_sync(ctx: CheckContext) -> Verdict:
                 f"an average after backward waits for all of it); {calls}"
             )
         also = f"; the other operations carried: {', '.join(seen.others[:4])}" if seen.others else ""
-        return True, f"every step's all-reduces delivered the full-batch gradient, each rank's its own shard's; {calls}{also}"
+        whose = "each rank's the whole batch's (batch_shard's concern: the training is the same)" if seen.whole_batch else "each rank's its own shard's"
+        return True, f"every step's all-reduces delivered the full-batch gradient, {whose}; {calls}{also}"
 
     return per_run(ctx, judge, "gradients are synchronised and equal to single-process training", {"allreduce_per_step": patterns})
 

@@ -36,9 +36,12 @@ def locate(delivered: torch.Tensor, expected: Mapping[str, torch.Tensor], rtol: 
     scale shared by all of them (`scale`, or the one the largest found gradient shows), is a
     contiguous run of `delivered` that no other found one overlaps; its offset and that scale.
     A gradient of zeros is never located (it would be found anywhere), nor a one-element one
-    before a larger one has shown the scale (any single value fits it with a scale of its own)."""
+    before a larger one has shown the scale (any single value fits it with a scale of its own).
+    Each element may also be off by `rtol` times the typical element of all of them (`floor`):
+    a gradient that sums terms to nearly zero (a bias) keeps float32's error of the terms."""
     import torch
 
+    atol = max(atol, floor(expected, rtol))
     found: dict[str, Located] = {}
     taken: list[tuple[int, int]] = []
     length = delivered.numel()
@@ -77,9 +80,9 @@ def locate(delivered: torch.Tensor, expected: Mapping[str, torch.Tensor], rtol: 
         starts = torch.arange(0, length - n + 1)
         anchor = delivered[starts + first]
         ratio = anchor / want[first] if scale is None else torch.full_like(anchor, scale)
-        keep = (anchor != 0) & ((delivered[starts + second] - ratio * want[second]).abs() <= rtol * ratio.abs() * want[second].abs() + atol)
+        keep = (anchor != 0) & ((delivered[starts + second] - ratio * want[second]).abs() <= rtol * ratio.abs() * want[second].abs() + atol * ratio.abs())
         if scale is not None:
-            keep &= (anchor - scale * want[first]).abs() <= rtol * abs(scale) * want[first].abs() + atol
+            keep &= (anchor - scale * want[first]).abs() <= (rtol * want[first].abs() + atol) * abs(scale)
         free = [start for start in starts[keep].tolist() if not any(start < end and begin < start + n for begin, end in taken)]
         if n == 1:
             free = _likeliest(free, delivered, float(scale * want[0]), taken)
@@ -91,6 +94,12 @@ def locate(delivered: torch.Tensor, expected: Mapping[str, torch.Tensor], rtol: 
                 scale = s
                 break
     return found
+
+
+def floor(expected: Mapping[str, torch.Tensor], rtol: float) -> float:
+    """`rtol` times the root mean square of every element of `expected`."""
+    numel = sum(want.numel() for want in expected.values())
+    return rtol * (sum(float(want.pow(2).sum()) for want in expected.values()) / numel) ** 0.5 if numel else 0.0
 
 
 def _likeliest(starts: list[int], delivered: torch.Tensor, value: float, taken: list[tuple[int, int]]) -> list[int]:

@@ -27,6 +27,7 @@ class Reduction:
     sent: dict[int, torch.Tensor]  # global rank -> its inputs, flattened and joined, in float64
     kept: bool  # the hub kept the data (else `sent` is empty: only its size is known)
     numel: int
+    roundoff: float = 2.0**-24  # the unit roundoff of the coarsest type sent (float32's; float16's where a comm hook compresses)
 
     @property
     def delivered(self) -> torch.Tensor:
@@ -60,8 +61,11 @@ def kept_tensors(carried: Carried, rank: int) -> torch.Tensor | None:
     return _flat(carried, index)
 
 
+ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}  # the floating-point types, each with its unit roundoff
+
+
 def _floating(carried: Carried) -> bool:
-    return bool(carried.members) and all(meta.dtype in ("float32", "float64", "float16", "bfloat16") for p in carried.members for meta in p.inputs)
+    return bool(carried.members) and all(meta.dtype in ROUNDOFF for p in carried.members for meta in p.inputs)
 
 
 def reductions(report: TrafficReport) -> list[Reduction]:
@@ -74,7 +78,8 @@ def reductions(report: TrafficReport) -> list[Reduction]:
         kept = all(part.data for part in carried.members)
         sent = {part.rank: _flat(carried, i) for i, part in enumerate(carried.members)} if kept else {}
         numel = sum(meta.numel for meta in carried.members[0].inputs)
-        found.append(Reduction(position, carried.group, carried.reduce == "AVG", carried.done, sent, kept, numel))
+        roundoff = max(ROUNDOFF[meta.dtype] for p in carried.members for meta in p.inputs)
+        found.append(Reduction(position, carried.group, carried.reduce == "AVG", carried.done, sent, kept, numel, roundoff))
     return found
 
 

@@ -4,6 +4,7 @@ rows each rank keeps under each."""
 from __future__ import annotations
 
 SHARD_LAYOUTS = ("contiguous", "strided", "sampler")
+WHOLE_BATCH = "whole batch"  # not a split: every rank trains on every row (tried last; batch_shard fails it, the training is right)
 
 
 def sampler_key(layout: str) -> int | None:

@@ -12,7 +12,8 @@ data-parallel training when, after step k-1's reductions:
   * what each rank sent to them (summed over the step's reductions of those buckets, earlier
     micro-batches' included) differs from the other ranks' exactly as its shard's gradient
     differs from theirs: each rank computed the gradient of its own equal share of the batch,
-    not of the whole batch or of nothing.
+    not of nothing. (Every rank's the whole batch's is a step too, on the whole batch: the
+    training is single-process training's, and only the split is wrong, batch_shard's verdict.)
 
 "The step's parameters" are single-process training's (`at_reference`), or else, where its
 records claim other parameters before the step (a script whose update differs), those: a claim
@@ -30,9 +31,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from grader.probe.transport.traffic import TrafficReport
-from grader.traffic.locate import Located, locate
+from grader.traffic.locate import Located, floor, locate
 from grader.traffic.report import Reduction, kept_tensors, others, reductions
-from grader.traffic.shards import SHARD_LAYOUTS, shard_rows
+from grader.traffic.shards import SHARD_LAYOUTS, WHOLE_BATCH, shard_rows
 
 if TYPE_CHECKING:  # torch comes with the data: the grader's command line starts without it
     import torch
@@ -75,6 +76,7 @@ class StepSeen:
     layout: str  # "records" (the rows the ranks' records name) or a layout of grader.traffic.shards
     at_reference: bool  # at single-process training's parameters
     end: float  # the hub's clock when its last sync was delivered
+    rtol: float = 1e-4  # the tolerance it was found with (more where a comm hook sent float16)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,11 @@ class TrainingSeen:
     def syncs_per_step(self) -> list[int]:
         return [len(step.syncs) for step in self.steps]
 
+    @property
+    def whole_batch(self) -> bool:
+        """Some step's contributions were every rank's gradient of the whole batch."""
+        return any(step.layout == WHOLE_BATCH for step in self.steps)
+
 
 @dataclass(frozen=True)
 class _Try:
@@ -108,7 +115,8 @@ def _equal_split(rows: Sequence[Sequence[int]], batch: int, world: int) -> bool:
 
 
 def _shards(workload: Workload, claims: Claims, step: int) -> list[tuple[tuple[tuple[int, ...], ...], str]]:
-    """The splits to try for a step: the records' (when an equal split), then every layout."""
+    """The splits to try for a step: the records' (when an equal split), then every layout, then
+    the whole batch on every rank (not a split: batch_shard's concern, not the training's)."""
     world, batch = workload.world, workload.batch_size
     tried = []
     recorded = tuple(claims.rows.get(rank, {}).get(step, ()) for rank in range(world))
@@ -118,6 +126,8 @@ def _shards(workload: Workload, claims: Claims, step: int) -> list[tuple[tuple[t
         split = tuple(tuple(shard_rows(layout, batch, world, rank)) for rank in range(world))
         if all(split != known for known, _ in tried):
             tried.append((split, layout))
+    if world > 1:
+        tried.append(((tuple(range(batch)),) * world, WHOLE_BATCH))
     return tried
 
 
@@ -132,6 +142,7 @@ class _Scan:
     located: dict[str, tuple[int, Located]]  # name -> (index in the reductions, where)
     final: list[int]
     sizes: dict[str, int]  # name -> its gradient's size
+    rtol: float  # the tolerance its coarsest reduction allows (a float16 comm hook's rounding)
 
     @property
     def first(self) -> int:
@@ -158,7 +169,7 @@ def _scan(reds: Sequence[Reduction], start: int, full: Mapping[str, torch.Tensor
             break  # the step is whole: a one-element gradient would fit some value of the next by chance
         if not red.kept:
             continue
-        here = locate(red.delivered, full, rtol, scale=scale)
+        here = locate(red.delivered, full, tolerance(red, rtol), scale=scale)
         if scale is None and here:
             scale = next(iter(here.values())).scale
         if not here:
@@ -167,7 +178,13 @@ def _scan(reds: Sequence[Reduction], start: int, full: Mapping[str, torch.Tensor
         final.append(index)
     if len(located) < len(full) or not final:
         return None
-    return _Scan(located, final, {name: want.numel() for name, want in full.items()})
+    return _Scan(located, final, {name: want.numel() for name, want in full.items()}, max(tolerance(reds[i], rtol) for i in final))
+
+
+def tolerance(red: Reduction, rtol: float) -> float:
+    """The relative tolerance for what `red` carried: `rtol`, or where its type is coarser
+    (DDP's fp16_compress_hook sends float16) what rounding to it allows, summed over the ranks."""
+    return max(rtol, 16 * red.roundoff)
 
 
 def _contributions(reds: Sequence[Reduction], scan: _Scan, start: int, ranks: Sequence[int], first: Mapping[str, int] | None = None) -> tuple[dict[int, dict[str, torch.Tensor]], list[int]]:
@@ -211,6 +228,7 @@ def _per_rank(sent: Mapping[int, Mapping[str, torch.Tensor]], shards: Sequence[M
     world = len(ranks)
     if world < 2:
         return None
+    atol = max(atol, max(floor(shard, rtol) for shard in shards))  # a bias's sum of terms near zero keeps their float32 error
     for name in shards[0]:
         mean_sent = sum(sent[r][name] for r in ranks) / world
         mean_shard = sum(s[name] for s in shards) / world
@@ -256,7 +274,7 @@ def analyse(report: TrafficReport, workload: Workload, claims: Claims = Claims()
                 problem, shards_wrong = outcome.why, outcome.shards
             break
         seen.append(outcome)
-        used.append(tuple(sorted(r for shard in outcome.rows for r in shard)))
+        used.append(tuple(sorted({r for shard in outcome.rows for r in shard})))
         start = max(outcome.syncs) + 1
     first = reds[seen[0].syncs[0]].position if seen else len(report.carried)
     started = _broadcast_start(report, first, workload.parameters([]), rtol)
@@ -301,13 +319,13 @@ def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tup
                 continue
             for first in _orders(scan.sizes):
                 sent, counted = _contributions(reds, scan, start, ranks, first)
-                wrong = _per_rank(sent, shards, scan.scale, ranks, rtol, atol)
+                wrong = _per_rank(sent, shards, scan.scale, ranks, scan.rtol, atol)
                 if not wrong or len(counted) == len(scan.final):
                     break
             if wrong:
                 delivered_but = delivered_but or f"step {step}: your ranks' all-reduces delivered the full-batch gradient, but {wrong}"
                 continue
-            return StepSeen(step, tuple(counted), tuple(scan.final), scan.scale, rows, layout, at_reference, reds[scan.last].at)
+            return StepSeen(step, tuple(counted), tuple(scan.final), scan.scale, rows, layout, at_reference, reds[scan.last].at, scan.rtol)
     if delivered_but:
         return _Miss(delivered_but, shards=True)
     left = [r for r in reds[start:] if r.kept]
