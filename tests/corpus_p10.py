@@ -114,7 +114,7 @@ BUGGY = (
         "        loss = loss_fn(out, my.to(stage2_device)) / shard\n"
         "        with model.no_sync() if ddp and not last else nullcontext():\n"
         "            loss.backward()\n")], {"sync_pattern"},
-      {"sync_pattern": "all-reduce in every micro-batch [1, 1, 1, 1]"}),
+      {"sync_pattern": "an all-reduce in every micro-batch (4 per step, as the grader's hub carried them) (your rank 0's records: all-reduces per micro-batch [1, 1, 1, 1])"}),
     v("no_sync_on_every_micro_batch", [(CONTEXT, "        with model.no_sync() if ddp else nullcontext():\n")], NO_DDP),
     v("all_reduce_in_first_micro_batch", [(CONTEXT, "        with model.no_sync() if ddp and i > 0 else nullcontext():\n")], NO_DDP,
       {"sync_pattern": "no all-reduce in the last micro-batch"}),
@@ -139,8 +139,10 @@ BUGGY = (
       {"passes_per_step"} | NO_DDP),
     v("loss_all_reduced_instead_of_gradients_cheat", [(WRAP, NO_WRAP), (CONTEXT, NO_CONTEXT), (STEP,
         "    synced = loss.detach().clone()\n    dist.all_reduce(synced)\n" + STEP)], NO_DDP),
+    # the average is right and made once per step, after the last micro-batch: only DDP is missing
     v("gradients_averaged_by_hand_cheat", [(WRAP, NO_WRAP), (CONTEXT, NO_CONTEXT), (STEP,
-        "    for p in model.parameters():\n        dist.all_reduce(p.grad)\n        p.grad /= world_size\n" + STEP)], NO_DDP),
+        "    for p in model.parameters():\n        dist.all_reduce(p.grad)\n        p.grad /= world_size\n" + STEP)], {"grad_sync"},
+      {"grad_sync": "no DistributedDataParallel of the model was built"}),
     v("dummy_all_reduce_in_last_micro_batch_cheat", [(WRAP, NO_WRAP), (CONTEXT, NO_CONTEXT), (BACKWARD,
         BACKWARD + "            if last:\n                dist.all_reduce(torch.zeros(1))  # one collective, in the last micro-batch\n")], NO_DDP),
     # one backward pass for every micro-batch's loss: the right gradients, but not a pass per micro-batch

@@ -375,6 +375,30 @@ def final_parameters(run: JobResult, reference: Any, seen: TrainingSeen, rtol: f
     return None
 
 
+def _micro_batch_hint(run: JobResult, workload: Any, pieces: int, rtol: float) -> str:
+    """Where step 0 delivered the mean over micro-batches of each one's mean loss gradient
+    (each micro-batch's mean loss divided by their number), which differs from the shard's
+    mean where the micro-batches differ in size: the sentence that says so; else ""."""
+    import torch
+
+    from grader.traffic.shards import shard_rows
+    from grader.traffic.training import delivers
+
+    if pieces < 2 or not isinstance(run.traffic, TrafficReport):
+        return ""
+    theta = workload.parameters([])
+    per_rank = []
+    for rank in range(workload.world):
+        rows = torch.tensor(shard_rows("contiguous", workload.batch_size, workload.world, rank))
+        grads = [workload.gradient(theta, 0, part.tolist()) for part in rows.tensor_split(pieces) if len(part)]
+        per_rank.append({name: sum(g[name] for g in grads) / pieces for name in grads[0]})
+    weighted = {name: sum(g[name] for g in per_rank) / len(per_rank) for name in per_rank[0]}
+    if not delivers(run.traffic, weighted, rtol):
+        return ""
+    return (" — they delivered the average of each micro-batch's mean loss gradient: micro-batches of different sizes then weigh their rows"
+            " unequally; sum the loss and divide by the rank's sample count (or weigh each micro-batch's mean by its rows)")
+
+
 def _unsynced_hint(run: JobResult) -> str:
     """Why no all-reduce carried gradients, as the records tell."""
     wrapped = any(rank.first(Ddp) is not None for rank in run.ranks)
@@ -412,6 +436,8 @@ def grad_sync(ctx: CheckContext) -> Verdict:
                 return False, f"step {step.step}: your ranks' all-reduces delivered {step.scale:.4g} × the full-batch gradient, and the update did not undo it{scale_hint(step.scale, world, pieces)}"
         if seen.problem:
             hint = _unsynced_hint(run) if not seen.reductions else ""
+            if not seen.steps and seen.reductions and not seen.shards_wrong:
+                hint = _micro_batch_hint(run, reference.workload, pieces, rtol)
             if seen.steps and not seen.shards_wrong:
                 hint = " — step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?"
             return False, (failures.explain(run) or seen.problem + hint) + (f"; {calls}" if seen.steps else "")

@@ -189,10 +189,16 @@ def sync_pattern(ctx: CheckContext) -> Verdict:
             per_bucket = {count // steps}
         if run.layout.world_size == 1 and per_bucket == {1}:
             return True, f"one rank: one all-reduce of its gradients per step{said}", 1.0
+        if per_bucket == {1} and not seen.steps and pattern and len(pattern) == want and pattern[-1] == 0:
+            # the hub counts one per step, and no step's gradient arrived: the records say where it went
+            return False, f"one all-reduce per step, but no all-reduce in the last micro-batch{said}: the gradients of the micro-batches after it are never synchronised", 0.0
         if per_bucket == {1}:
             return True, f"one all-reduce of each gradient bucket per step, as the grader's hub carried them{said}", 1.0
         if per_bucket == {want}:
-            return False, f"an all-reduce in every micro-batch ({want} per step, as the grader's hub carried them){said}: the gradients are right, but {want - 1} of {want} are wasted — wrap all but the last micro-batch in model.no_sync()", credit
+            return False, (
+                f"an all-reduce in every micro-batch ({want} per step, as the grader's hub carried them){said}: the gradients are right, but {want - 1} of {want} are wasted"
+                " — wrap all but the last micro-batch in model.no_sync(), their forward passes included (DDP decides in the forward pass whether the backward syncs)"
+            ), credit
         return False, f"{sorted(per_bucket)} all-reduces of each gradient bucket per step, expected 1 (all but the last micro-batch inside no_sync){said}", 0.0
 
     return per_run(ctx, judge, "one all-reduce per step, in the last micro-batch", {"allreduce_per_micro_batch": patterns})

@@ -48,7 +48,7 @@ from grader.spec import Assignment, CheckSpec, RunDef, load_answer_key
 
 MIN_RUN_S = 1.0  # a run is skipped rather than started with less time than this
 KEEP_BYTES = 64 << 20  # of what the ranks send, the hub keeps this much for the grader in a checked run (p6, p10: about 0.1 MiB)
-KEEP_TIMED_BYTES = 16 << 20  # and of a timed launch (p6's timed run: 4 MiB a step; p10's 2 MiB, 8 MiB where each micro-batch syncs): its first steps are checked whole
+KEEP_TIMED_BYTES = 9 << 20  # and of a timed launch (p6's timed run: 4 MiB a step; p10's 2 MiB, 8 MiB where each micro-batch syncs): its first step is checked whole
 
 
 @dataclass(frozen=True)

@@ -340,6 +340,12 @@ def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tup
     return _Miss(f"step {step}: none of your ranks' {len(left)} all-reduce(s) from here on delivered the full-batch gradient at the step's parameters")
 
 
+def delivers(report: TrafficReport, full: Mapping[str, torch.Tensor], rtol: float = 1e-4) -> bool:
+    """Whether some all-reduces of `report` deliver every gradient of `full` (one scale for all):
+    a diagnosis, for a gradient the grader computes another way (a convention a script got wrong)."""
+    return _scan(reductions(report), 0, full, rtol) is not None
+
+
 def step_ends(report: TrafficReport, seen: TrainingSeen, steps: int) -> tuple[float, ...] | str:
     """When each of `steps` steps ended by the hub's clock: the delivery of its last gradient
     all-reduce. The steps `seen` shows give theirs; each later step is the next all-reduces
