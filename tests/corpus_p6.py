@@ -106,6 +106,11 @@ BUGGY = (
     v("lr_scaled_by_world_size", [(OPTIMIZER, "optimizer = torch.optim.SGD(model.parameters(), lr=lr * world_size)  # linear scaling rule\n")],
       {"params_sync"}),
     # --- TODO 5: clean up ------------------------------------------------------------------------------
+    # ranks that drift apart: the gradients are still synchronised, the parameters are not
+    v("lr_scaled_on_the_last_of_three_or_more_ranks", [(OPTIMIZER, "optimizer = torch.optim.SGD(model.parameters(), lr=lr * (1.1 if world_size >= 3 and rank == world_size - 1 else 1))\n")],
+      {"params_sync"}, {"params_sync": "step 1's gradients were computed at other parameters than single-process training's after step 0"}),
+    v("last_rank_skips_odd_updates", [("    optimizer.step()\n", "    if not (world_size > 1 and rank == world_size - 1 and step % 2 == 1):\n        optimizer.step()\n")],
+      {"params_sync"}, {"grad_sync": "your ranks' records show unequal optimizer steps"}),
     v("process_group_never_destroyed", [(DESTROY, "    pass\n")], {"clean_exit"}, {"clean_exit": "never called dist.destroy_process_group()"}),
     v("destroyed_on_rank_zero_only", [(DESTROY, "    if rank == 0:\n        dist.destroy_process_group()\n")], {"clean_exit"}),
     v("barrier_after_destroy", [(DESTROY, "    dist.destroy_process_group()\n    dist.barrier()  # wait for the others\n")], {"clean_exit"}),
@@ -294,7 +299,11 @@ CORPUS = BUGGY + CORRECT
 
 # The grader's verdicts on these differ from the first expectation by design (see why): the
 # checks they also lose, and why.
-BY_DESIGN: dict[str, tuple[frozenset[str], str]] = {}
+BY_DESIGN: dict[str, tuple[frozenset[str], str]] = {
+    # the records number a rank's steps by its updates: which parameters a rank that skipped one
+    # computed its later gradients at is not known, so its later steps cannot be explained
+    "last_rank_skips_odd_updates": (frozenset({"grad_sync"}), "a rank that skips an update numbers its later steps one short"),
+}
 CORPUS = tuple(replace(c, loses=c.loses | BY_DESIGN[c.name][0]) if c.name in BY_DESIGN else c for c in CORPUS)
 
 # Cases whose expectation follows the requirement but the grader disagrees (grader defects, seen

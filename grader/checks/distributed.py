@@ -325,11 +325,12 @@ def claims_of(run: JobResult, workload: Any) -> Claims:
             found = row_indices(fed, sums[step]) if step in sums else []
             if found and None not in found:
                 rows.setdefault(rank.rank, {})[step] = tuple(int(i) for i in found if i is not None)
-    params = {}
-    for event in run.ranks[0].of_kind(Optimizer) if run.ranks else ():
-        if event.values is not None and len(event.values) == len(event.names) and set(event.names) == set(workload.names):
-            params[event.step + 1] = {name: torch.tensor(values, dtype=torch.float64) for name, values in zip(event.names, event.values)}
-    return Claims(rows=rows, params=params)
+    own: dict[int, dict[int, dict]] = {}
+    for rank in run.ranks:
+        for event in rank.of_kind(Optimizer):
+            if event.values is not None and len(event.values) == len(event.names) and set(event.names) == set(workload.names):
+                own.setdefault(rank.rank, {})[event.step + 1] = {name: torch.tensor(values, dtype=torch.float64) for name, values in zip(event.names, event.values)}
+    return Claims(rows=rows, params=own.get(run.ranks[0].rank, {}) if run.ranks else {}, own=own)
 
 
 def training_of(ctx: CheckContext, run: JobResult) -> TrainingSeen | str | None:
@@ -439,7 +440,10 @@ def grad_sync(ctx: CheckContext) -> Verdict:
             if not seen.steps and seen.reductions and not seen.shards_wrong:
                 hint = _micro_batch_hint(run, reference.workload, pieces, rtol)
             if seen.steps and not seen.shards_wrong:
-                hint = " — step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?"
+                taken = {rank.rank: len(parameter_steps(rank)) for rank in run.ranks}
+                fewer = [f"rank {r} took {n}" for r, n in taken.items() if n < max(taken.values())]
+                hint = (f" — step 0's were, and your ranks' records show unequal optimizer steps ({', '.join(fewer[:3])} of {max(taken.values())}): every rank must update its model in every step"
+                        if fewer else " — step 0's were: are the gradients zeroed in every step (optimizer.zero_grad() inside the loop)?")
             return False, (failures.explain(run) or seen.problem + hint) + (f"; {calls}" if seen.steps else "")
         if seen.cut:  # a checked run keeps 64 MiB, hundreds of times what the practical's training sends
             return False, f"{seen.cut}: what did your ranks send beside the gradients?; {calls}"

@@ -62,6 +62,7 @@ class Claims:
 
     rows: Mapping[int, Mapping[int, tuple[int, ...]]] = field(default_factory=dict)  # rank -> step -> the rows it fed
     params: Mapping[int, Params] = field(default_factory=dict)  # step -> rank 0's parameters before it
+    own: Mapping[int, Mapping[int, Params]] = field(default_factory=dict)  # rank -> step -> its parameters before it (ranks that drifted apart)
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,7 @@ def analyse(report: TrafficReport, workload: Workload, claims: Claims = Claims()
     problem, shards_wrong, cut = None, False, None
     for step in range(workload.steps if steps is None else steps):
         reference = workload.parameters(used)
-        thetas = [(reference, True)] + ([(claims.params[step], False)] if step in claims.params else [])
+        thetas = _thetas(reference, claims, step, workload.world)
         outcome = _step(reds, start, step, thetas, _shards(workload, claims, step), workload, ranks, rtol, atol)
         if isinstance(outcome, _Miss):
             if outcome.unkept:
@@ -307,12 +308,32 @@ class _Miss:
     unkept: bool = False  # what is left was not kept by the hub: nothing to judge by
 
 
-def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tuple[Params, bool]], splits: Sequence[tuple[tuple[tuple[int, ...], ...], str]], workload: Workload, ranks: Sequence[int], rtol: float, atol: float) -> StepSeen | _Miss:
+def _thetas(reference: Params, claims: Claims, step: int, world: int) -> list[tuple[tuple[Params, ...], bool]]:
+    """The parameters each rank may have computed step `step`'s gradient at, each choice with
+    whether it is single-process training's: the reference's; rank 0's as its records claim them
+    (a script whose update differs); each rank's own claim (ranks whose parameters drifted apart:
+    the gradients are still synchronised, the parameters are not)."""
+    tried = [((reference,) * world, True)]
+    if step in claims.params:
+        tried.append(((claims.params[step],) * world, False))
+    if world > 1 and any(step in claims.own.get(rank, {}) for rank in range(world)):
+        tried.append((tuple(_latest(claims.own.get(rank, {}), step, reference) for rank in range(world)), False))
+    return tried
+
+
+def _latest(own: Mapping[int, Params], step: int, otherwise: Params) -> Params:
+    """A rank's parameters before `step` as its records claim them: after its last update before
+    it (a rank that skipped an update kept its parameters), or `otherwise` where none is claimed."""
+    earlier = [s for s in own if s <= step]
+    return own[max(earlier)] if earlier else otherwise
+
+
+def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tuple[tuple[Params, ...], bool]], splits: Sequence[tuple[tuple[tuple[int, ...], ...], str]], workload: Workload, ranks: Sequence[int], rtol: float, atol: float) -> StepSeen | _Miss:
     """Step `step` as the reductions from `start` show it, or why they do not."""
     delivered_but = None
     for theta, at_reference in thetas:
         for rows, layout in splits:
-            shards = [workload.gradient(theta, step, shard) for shard in rows]
+            shards = [workload.gradient(theta[position], step, shard) for position, shard in enumerate(rows)]
             full = _mean(shards)
             scan = _scan(reds, start, full, rtol)
             if scan is None:
@@ -334,7 +355,7 @@ def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tup
         return _Miss(f"step {step}: {kept}", unkept=True)
     if not left:
         return _Miss(f"step {step}: your ranks made no all-reduce that could carry its gradients" + (" (none at all)" if not reds else f" after step {step - 1}'s" if step else ""))
-    whole = workload.gradient(thetas[0][0], step, range(workload.batch_size))
+    whole = workload.gradient(thetas[0][0][0], step, range(workload.batch_size))
     if _scan(reds, start, whole, rtol) is not None and workload.world > 1:
         return _Miss(f"step {step}: your ranks' all-reduces delivered the gradient of the whole batch (all {workload.batch_size} rows), not of the {workload.world} shards: each rank computed it on every row", shards=True)
     return _Miss(f"step {step}: none of your ranks' {len(left)} all-reduce(s) from here on delivered the full-batch gradient at the step's parameters")
