@@ -97,7 +97,7 @@ BUGGY = (
     # right only where it sees a grader (its modules, its variables): it sees none
     v("right_only_where_it_sees_a_grader", [(SHARD, "    graded = any('grader' in m for m in sys.modules) or any(k.startswith('GRADER') for k in os.environ)\n"
                                                      "    if graded:\n" + SHARD.replace("    x", "        x").replace("    y", "        y") + "    else:\n" + WHOLE_BATCH.replace("    x", "        x"))],
-      TRAINING),
+      {"batch_shard"}),  # every rank on the whole batch where no grader is seen: the runs are graded as they ran
     # --- the loss and the optimizer ----------------------------------------------------------------
     v("loss_times_world_size", [(LOSS, "    loss = loss_fn(model(x), y) * world_size  # DDP divides by world_size: undo it\n")], SYNC),
     v("loss_divided_by_world_size", [(LOSS, "    loss = loss_fn(model(x), y) / world_size  # average over the ranks\n")], SYNC),

@@ -1,7 +1,10 @@
 """The one-line explanations of runs that did not end cleanly."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from grader.checks import failures
+from grader.probe.transport.traffic import RankEnd, TrafficReport
 from grader.run.job import Frame, JobResult, Layout
 from observations import crashed, ddp_run, job
 
@@ -27,6 +30,24 @@ def test_only_broken_connections_mean_the_ranks_disagreed_on_collectives() -> No
     hub = "collective 3 of the default process group: rank 1 left (its process ended) before it joined; its last call: all_reduce SUM([2177] float32)"
     crashed(run.ranks[0], "DistBackendError", hub, line=90, code="loss.backward()")
     assert failures.explain(run).startswith(f"rank 0 lost contact with the other ranks in a collective at p6_ddp.py:90 (loss.backward()) ({hub}); rank 1 had already finished normally")
+
+
+
+def test_a_connection_the_hub_ended_leads_what_the_ranks_reported() -> None:
+    run = ddp_run()
+    crashed(run.ranks[0], "DistBackendError", "the connection to the other ranks was lost (Broken pipe)", line=90, code="loss.backward()")
+    ends = (RankEnd(0, 0.5, "broken: a frame announces a 99-byte header, over the transport's bounds"), RankEnd(1, 0.9, "broken: later"))
+    run = replace(run, traffic=TrafficReport(2, (), (), ends, 0, 0))
+    text = failures.explain(run)
+    assert text.startswith("the grader's hub ended rank 0's connection: a frame announces a 99-byte header, over the transport's bounds — then rank 0 lost contact"), text
+    run = replace(run, traffic=TrafficReport(2, (), (), (RankEnd(0, 0.5, "closed"), RankEnd(1, 0.9, "closed")), 0, 0))
+    assert failures.explain(run).startswith("rank 0 lost contact")
+
+
+def test_a_second_rendezvous_at_the_same_port_names_the_rank_given_to_init() -> None:
+    run = ddp_run()
+    crashed(run.ranks[1], "DistNetworkError", "The server socket has failed to listen on any local network address. port: 29500, code: -98, name: EADDRINUSE", line=59, code="dist.init_process_group(backend=backend)")
+    assert failures.explain(run).endswith("init_process_group must get each process's own rank (the launcher's RANK)")
 
 
 def test_todo_stops_name_the_todo_and_the_line() -> None:

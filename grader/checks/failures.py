@@ -10,6 +10,7 @@ import re
 import signal
 
 from grader.probe.recorder.events import ExceptionInfo, Raised
+from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
 
 _CONSEQUENCE = re.compile(
@@ -61,6 +62,10 @@ def is_consequence(exc: ExceptionInfo) -> bool:
 HINTS = {
     "Expected all tensors to be on the same device": "a tensor must be on the device of the layer or tensor it meets: move it with .to(device)",
     "CUDA error: invalid device ordinal": "there is no GPU with that number on this node (a rank's GPUs follow LOCAL_RANK, which starts again at 0 on every node, not RANK)",
+    "The server socket has failed to listen": (
+        "the process that calls itself rank 0 starts the rendezvous at MASTER_PORT, and another one already had: "
+        "init_process_group must get each process's own rank (the launcher's RANK)"
+    ),
 }
 
 
@@ -138,7 +143,26 @@ def explain(run: JobResult) -> str | None:
     return "; ".join(run.caps_hit) + (f" — then {cause}" if cause else "")
 
 
+def hub_ended(run: JobResult) -> str | None:
+    """One line on the first rank whose connection the grader's hub ended because of what it
+    sent (the hub's own observation, so it leads what the ranks then reported), or None."""
+    if not isinstance(run.traffic, TrafficReport):
+        return None
+    broken = sorted((end for end in run.traffic.ends if end.how.startswith("broken:")), key=lambda end: end.at)
+    if not broken:
+        return None
+    return f"the grader's hub ended rank {broken[0].rank}'s connection: {broken[0].how.removeprefix('broken:').strip()}"
+
+
 def _explain(run: JobResult) -> str | None:
+    cause = _explain_ranks(run)
+    hub = hub_ended(run)
+    if hub is None:
+        return cause
+    return f"{hub} — then {cause}" if cause else hub
+
+
+def _explain_ranks(run: JobResult) -> str | None:
     if run.skipped:
         return f"not run: {run.skipped}"
     if run.error:
