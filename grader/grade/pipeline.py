@@ -144,11 +144,18 @@ def carried(run: RunDef, gpus: int) -> bool:
     return run.carried and (bool(run.virtual_gpus) or not gpus)
 
 
-def carrier_plan(timed: bool, run_timeout: float) -> CarrierPlan:
+def carrier_plan(run: RunDef, timed: tuple[RunDef, ...], workloads: frozenset[str], run_timeout: float) -> CarrierPlan:
     """What the grader's hub of a carried launch is told: a collective may wait for its last
     member as long as the launch may run (a rank may take long to get there: torch.compile, a
-    first DDP); a checked run's data is kept whole, a timed launch's first steps only."""
-    return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_TIMED_BYTES if timed else KEEP_BYTES, keep_broadcasts=not timed)
+    first DDP); a checked run's data is kept whole, a timed launch's first steps only, and none
+    of a timing workload (`workloads`: the runs a speed check of the spec times) launched where
+    no speed check reads it (`--no-timing`: it ran for `clean_exit` alone; p6's would carry
+    80 MiB of gradients to the grader for nothing)."""
+    if run in timed:
+        return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_TIMED_BYTES, keep_broadcasts=False)
+    if run.name in workloads:
+        return CarrierPlan(wait_s=run_timeout, keep_bytes=0, keep_broadcasts=False)
+    return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_BYTES, keep_broadcasts=True)
 
 
 def clocked_steps(assignment: Assignment, args: Mapping[str, Any], timed: tuple[RunDef, ...], gpus: int) -> dict[str, tuple[int, int]]:
@@ -459,6 +466,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         judged = _runs_of(practical, graded, lambda definition: not definition.timed)
         checked = tuple(r for r in runs if not r.solution and (r.name in judged or options.world_size is not None))
         references = practical.module.references(args, checked)  # the expected values; speed-only runs need none
+        workloads = _runs_of(practical, assignment.checks, lambda definition: definition.timed)
 
         def job_for(run: RunDef, left: float, role: str, repeat: int, steps: int | None = None) -> JobSpec:
             solution = run.solution or (practical.id if role == "reference" else None)
@@ -483,7 +491,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 virtual_gpus=run.virtual_gpus,
                 driver=prepared.driver and not solution,
                 private=solution is not None,
-                carrier=carrier_plan(run in timed, run_timeout) if carried(run, env["cuda_gpus"]) else None,
+                carrier=carrier_plan(run, timed, workloads, run_timeout) if carried(run, env["cuda_gpus"]) else None,
                 clock_steps=steps,
             )
 
