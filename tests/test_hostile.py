@@ -68,7 +68,7 @@ def test_hostile_submission_is_graded_and_contained(case: Case, outside: dict, t
     watched = [Path("/etc/shadow"), Path("/etc/passwd"), Path("/etc"), outside["canary"], outside["secret"], outside["root_secret"]]
     before = {path: _owner_and_mode(path) for path in watched}
     summary = tmp_path / "summary.md"
-    results = grade_in_process(case.practical, folder, tmp_path / "results.json", *case.args, "--markdown", str(summary), timed=case.timed)
+    results = grade_in_process(case.practical, folder, tmp_path / "results.json", *case.args, "--markdown", str(summary), timed=case.timed, views=True)
     console, errors = capsys.readouterr()
     text = json.dumps(results, ensure_ascii=False)
     assert results["score"] == pytest.approx(case.score), text[:3000]
