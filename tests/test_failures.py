@@ -40,7 +40,7 @@ def test_a_connection_the_hub_ended_leads_what_the_ranks_reported() -> None:
     run = replace(run, traffic=TrafficReport(2, (), (), ends, 0, 0))
     text = failures.explain(run)
     assert text.startswith("the grader's hub ended rank 0's connection: a frame announces a 99-byte header, over the transport's bounds — then rank 0 lost contact"), text
-    run = replace(run, traffic=TrafficReport(2, (), (), (RankEnd(0, 0.5, "closed"), RankEnd(1, 0.9, "closed")), 0, 0))
+    run = replace(run, traffic=TrafficReport(2, (), (), (RankEnd(0, 0.5, "lost: it closed its connection in the middle of a call"), RankEnd(1, 0.9, "closed")), 0, 0))
     assert failures.explain(run).startswith("rank 0 lost contact")
 
 

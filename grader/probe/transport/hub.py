@@ -145,7 +145,7 @@ class Hub:
             self._end(rank, f"broken: {exc}")
             return
         except OSError as exc:
-            self._end(rank, f"broken: its connection failed ({exc.strerror or exc})")
+            self._end(rank, f"lost: its connection failed ({exc.strerror or exc})")
             return
         try:
             for header, payload in state.reader.frames():
@@ -159,7 +159,7 @@ class Hub:
             self._end(rank, f"broken: {exc}")
             return
         if not still_open:
-            self._end(rank, "closed" if not state.reader.pending else "broken: it closed its connection in the middle of a call")
+            self._end(rank, "closed" if not state.reader.pending else "lost: it closed its connection in the middle of a call")
 
     def _flush(self, rank: int) -> None:
         state = self._ranks[rank]

@@ -69,8 +69,9 @@ class GroupRecord:
 @dataclass(frozen=True)
 class RankEnd:
     """How a rank's connection to the hub ended: "closed" (the process closed it: it ended),
-    "broken: <why>" (it sent what the transport does not carry), or "open" (still open when the
-    hub was stopped)."""
+    "broken: <why>" (it sent what the transport does not carry: the hub ended it), "lost: <why>"
+    (it failed, or closed in the middle of a call: the process died), or "open" (still open when
+    the hub was stopped)."""
 
     rank: int
     at: float
