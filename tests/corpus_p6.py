@@ -60,7 +60,7 @@ BUGGY = (
     v("rank_hardcoded_zero", [(RANK, "    rank = 0\n")], {"rank_setup"} | TRAINING),
     v("gloo_even_with_cuda", [(INIT, '    dist.init_process_group(backend="gloo")\n')], {"rank_setup"}, {"rank_setup": "expected 'nccl'"}),
     v("nccl_even_without_cuda", [(INIT, '    dist.init_process_group(backend="nccl")\n')], ALL,
-      {"rank_setup": "doesn't have NCCL built in"}),  # the CPU runs cannot start
+      {"rank_setup": "nccl when CUDA is available, gloo otherwise"}),  # the CPU runs cannot start (on a GPU node's CUDA build: the first collective)
     # --- TODO 2: the device ------------------------------------------------------------------
     v("every_rank_on_cuda0", [(CUDA_DEVICE, '        device = torch.device("cuda:0")\n'),
                               (WRAP, '    model = DDP(model, device_ids=[device] if device.type == "cuda" else None)\n')],

@@ -75,6 +75,23 @@ def test_rank_setup_wants_nccl_with_gpus_and_takes_the_default_too() -> None:
         assert judge("rank_setup", run, gpus=2).passed, requested
 
 
+def test_a_run_whose_ranks_saw_no_gpu_wants_gloo_on_a_gpu_node_too() -> None:
+    """On a GPU node the spec's CPU runs hide the machine's GPUs (pipeline.on_this_machine): a
+    rank there saw none, so gloo is right and nccl is the CPU machine's failure."""
+    run = ddp_run("ws2", Layout(1, 2))
+    hidden = replace(run, spec=replace(run.spec, hide_gpus=True))
+    assert judge("rank_setup", hidden, gpus=2).passed
+    assert not judge("rank_setup", run, gpus=2).passed
+    for rank in hidden.ranks:
+        replace_events(rank, InitPg, changed(requested="nccl"))
+    verdict = judge("rank_setup", hidden, gpus=2)
+    assert "rank 0: init_process_group(backend='nccl') without GPUs: NCCL carries CUDA tensors only, expected 'gloo'" in verdict.summary
+    for requested in ("cpu:gloo,cuda:nccl", "None"):
+        for rank in hidden.ranks:
+            replace_events(rank, InitPg, changed(requested=requested))
+        assert judge("rank_setup", hidden, gpus=2).passed, requested
+
+
 def test_device_mapping_with_gpus_wants_cuda_local_rank() -> None:
     good = ddp_run("2x2", Layout(2, 2), device="cuda:0")
     for rank in good.ranks:

@@ -50,6 +50,15 @@ def test_a_second_rendezvous_at_the_same_port_names_the_rank_given_to_init() -> 
     assert failures.explain(run).endswith("init_process_group must get each process's own rank (the launcher's RANK)")
 
 
+def test_nccl_where_a_rank_sees_no_gpu_is_named_on_either_build_of_torch() -> None:
+    """A CPU build refuses NCCL at init_process_group; a CUDA build whose rank sees no GPU (a
+    GPU node's CPU runs) refuses the first CPU tensor. Both say what to ask for."""
+    for message in ("Distributed package doesn't have NCCL built in", "No backend type associated with device type cpu"):
+        run = ddp_run()
+        crashed(run.ranks[0], "RuntimeError", message, line=59, code='dist.init_process_group(backend="nccl")')
+        assert "(nccl when CUDA is available, gloo otherwise" in failures.explain(run), message
+
+
 def test_todo_stops_name_the_todo_and_the_line() -> None:
     run = ddp_run()
     for rank in run.ranks:

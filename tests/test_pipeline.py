@@ -2,13 +2,14 @@
 missing scripts, grader failures."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
 from grader.checks.base import CheckDef, Verdict
 from grader.checks.distributed import CHECKS
 from grader.course import Practical
-from grader.grade.pipeline import GradeOptions, grade, on_this_machine, plan_runs
+from grader.grade.pipeline import GradeOptions, carried, grade, on_this_machine, plan_runs
 from grader.results.model import Status
 from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout
@@ -93,15 +94,18 @@ def test_public_only_and_world_size_override_change_the_plan(tmp_path: Path) -> 
     assert "--seed=11" in runner.jobs[0].argv
 
 
-def test_on_gpu_nodes_carried_runs_and_runs_with_too_few_gpus_go_on_virtual_gpus() -> None:
+def test_on_gpu_nodes_carried_cpu_runs_see_no_gpu_and_runs_with_too_few_gpus_go_on_virtual_gpus() -> None:
     """The grader's hub carries host memory (NCCL's traffic between GPUs no process of the
-    grader's can read), and a rank without a GPU of its own fails."""
+    grader's can read): a carried CPU run stays one, its ranks shown no GPU; a rank without a
+    GPU of its own fails."""
     witnessed = RunDef(name="ws2", layout=Layout(1, 2), carried=True)
     four = RunDef(name="ws4", layout=Layout(1, 4))
     single = RunDef(name="ws1", layout=Layout(1, 1))
     virtual = RunDef(name="2x2", layout=Layout(2, 2), virtual_gpus=3)
     assert on_this_machine(witnessed, 0) == witnessed and on_this_machine(four, 0) == four  # no CUDA: the CPU, as written
-    assert on_this_machine(witnessed, 8).virtual_gpus == 2
+    assert on_this_machine(witnessed, 8) == replace(witnessed, hide_gpus=True) and carried(on_this_machine(witnessed, 8), 8)
+    assert not carried(witnessed, 8)  # as written, on real GPUs: NCCL, which the hub cannot carry
+    assert on_this_machine(replace(virtual, carried=True), 1) == replace(virtual, carried=True)
     assert on_this_machine(four, 2).virtual_gpus == 4 and on_this_machine(four, 4) == four
     assert on_this_machine(single, 1) == single and on_this_machine(virtual, 1) == virtual
 

@@ -50,6 +50,20 @@ def test_ranks_get_torchruns_environment_in_a_multi_node_layout(runner: LocalRun
     assert result.ranks[3].first(Globals).values == {"answer": 42}
 
 
+def test_a_job_that_hides_the_gpus_shows_its_ranks_none(runner: LocalRunner, tmp_path: Path) -> None:
+    """A GPU node's CPU runs (pipeline.on_this_machine): CUDA's own variable, empty, so torch
+    sees no device there (checked on an H200 node), as on a machine without one."""
+    source = """
+        import os, torch
+        print(repr(os.environ.get("CUDA_VISIBLE_DEVICES")), torch.cuda.is_available())
+        """
+    hidden = runner.run(replace(script_job(tmp_path, "hidden", source), hide_gpus=True))
+    shown = runner.run(script_job(tmp_path, "shown", source))
+    import torch
+
+    assert [hidden.ranks[0].stdout_tail, shown.ranks[0].stdout_tail] == ["'' False\n", f"None {torch.cuda.is_available()}\n"]
+
+
 def test_a_job_given_ddp_options_builds_every_ddp_with_them_and_records_them(runner: LocalRunner, tmp_path: Path) -> None:
     """The reference solution's timed launches take the submission's DDP options: whatever the
     script passes (here positionally and by keyword), its DDP is built with them."""

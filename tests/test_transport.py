@@ -129,6 +129,16 @@ def test_ddp_over_the_hub_trains_as_one_process_does() -> None:
 
 
 @pytest.mark.slow
+def test_a_backend_for_cuda_alone_refuses_a_cpu_tensor_as_c10d_does() -> None:
+    """NCCL carries CUDA tensors only: a script that asks for it where its ranks see no GPU
+    fails at its first CPU collective under torchrun, and does over the hub (on a CPU build
+    of torch it fails earlier, at init_process_group)."""
+    seen = ranks("cuda_only_backend", 2)
+    assert [r["error"] for r in seen["ranks"]] == ["No backend type associated with device type cpu"] * 2
+    assert seen["carried"] == []
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("scenario", "world", "wait_s", "said"),
     [

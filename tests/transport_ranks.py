@@ -129,6 +129,18 @@ def disagree(rank: int, world: int) -> dict:
     return {"error": None}
 
 
+def cuda_only_backend(rank: int, world: int) -> dict:
+    """A backend for CUDA tensors alone (as NCCL is), given a CPU tensor."""
+    dist.init_process_group("cuda:gloo")
+    try:
+        dist.all_reduce(torch.ones(2))
+    except RuntimeError as exc:
+        return {"error": str(exc)}
+    finally:
+        dist.destroy_process_group()
+    return {"error": None}
+
+
 def leaves_early(rank: int, world: int) -> dict:
     """The last rank ends before the all-reduce the others wait in."""
     dist.init_process_group("gloo")
@@ -201,7 +213,7 @@ def device_mesh(rank: int, world: int) -> dict:
 
 
 SCENARIOS: dict[str, Callable[[int, int], dict]] = {
-    f.__name__: f for f in (every_collective, ddp_training, disagree, leaves_early, stays_away, writes_garbage, big_all_reduces, device_mesh)
+    f.__name__: f for f in (every_collective, ddp_training, disagree, cuda_only_backend, leaves_early, stays_away, writes_garbage, big_all_reduces, device_mesh)
 }
 
 

@@ -106,7 +106,10 @@ class CheckContext:
         return {**self.args, **self.run_args.get(run.spec.name, {})}
 
     def gpus_of(self, run: JobResult) -> int:
-        """CUDA devices per node that `run` saw: its virtual ones, else the machine's."""
+        """CUDA devices per node that `run` saw: its virtual ones, else the machine's (none
+        where they were hidden from it)."""
+        if run.spec.hide_gpus:
+            return 0
         return run.spec.virtual_gpus or self.gpus
 
 

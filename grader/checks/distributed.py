@@ -85,6 +85,8 @@ def rank_setup(ctx: CheckContext) -> Verdict:
                 continue
             if ctx.gpus_of(run) and "nccl" not in group.requested.lower() and group.requested != "None":
                 problems.append(f"rank {rank.rank}: init_process_group(backend={group.requested!r}) with GPUs, expected 'nccl' (nccl when CUDA is available, gloo otherwise)")
+            if not ctx.gpus_of(run) and "nccl" in group.requested.lower() and "cpu" not in group.requested.lower():
+                problems.append(f"rank {rank.rank}: init_process_group(backend={group.requested!r}) without GPUs: NCCL carries CUDA tensors only, expected 'gloo' (nccl when CUDA is available, gloo otherwise)")
             if (group.rank, group.world_size) != (rank.rank, run.layout.world_size):
                 problems.append(
                     f"rank {rank.rank}: the process group says rank {group.rank} of {group.world_size}, "

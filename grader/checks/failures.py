@@ -62,6 +62,11 @@ def is_consequence(exc: ExceptionInfo) -> bool:
 HINTS = {
     "Expected all tensors to be on the same device": "a tensor must be on the device of the layer or tensor it meets: move it with .to(device)",
     "CUDA error: invalid device ordinal": "there is no GPU with that number on this node (a rank's GPUs follow LOCAL_RANK, which starts again at 0 on every node, not RANK)",
+    "Distributed package doesn't have NCCL built in": "NCCL needs CUDA GPUs, and this rank sees none (nccl when CUDA is available, gloo otherwise)",
+    "No backend type associated with device type cpu": (
+        "the process group's backend has nothing for CPU tensors: NCCL carries CUDA tensors only "
+        "(nccl when CUDA is available, gloo otherwise; with NCCL, the tensors on the rank's GPU)"
+    ),
     "The server socket has failed to listen": (
         "the process that calls itself rank 0 starts the rendezvous at MASTER_PORT, and another one already had: "
         "init_process_group must get each process's own rank (the launcher's RANK)"

@@ -127,21 +127,28 @@ def _doubts(practical: Practical, checks: tuple[CheckSpec, ...], warmup: int) ->
 
 
 def on_this_machine(run: RunDef, gpus: int) -> RunDef:
-    """The run as a machine with `gpus` CUDA GPUs can make it. There, a run the grader's hub
-    carries, and one with more ranks per node than the machine has GPUs, goes on virtual GPUs,
-    one per rank: its verdicts are then the same on every machine (the hub carries host
-    memory; the ranks' own GPUs would talk over NCCL, which no grader's process can read), and
-    a rank without a GPU of its own would fail with "invalid device ordinal" (measured on a
-    node of one H100: every reference run of p6 with 2 ranks or more)."""
-    if gpus and not run.virtual_gpus and (run.carried or run.layout.ranks_per_node > gpus):
+    """The run as a machine with `gpus` CUDA GPUs can make it, with the verdicts it gets on
+    every machine. There, a CPU run that the grader's hub carries stays a CPU run: its ranks
+    see none of the machine's GPUs (the hub carries host memory; ranks on the real GPUs would
+    talk over NCCL, which no grader's process can read, and a script that asks for NCCL
+    without CUDA must fail there as on a CPU machine: measured on an H200 node, where such runs
+    on virtual GPUs gave it full marks). A run with more ranks per node than the machine has
+    GPUs goes on virtual GPUs, one per rank: a rank without a GPU of its own would fail with
+    "invalid device ordinal" (measured on a node of one H100: every reference run of p6 with
+    2 ranks or more)."""
+    if not gpus or run.virtual_gpus:
+        return run
+    if run.carried:
+        return replace(run, hide_gpus=True)
+    if run.layout.ranks_per_node > gpus:
         return replace(run, virtual_gpus=run.layout.ranks_per_node)
     return run
 
 
 def carried(run: RunDef, gpus: int) -> bool:
     """Whether the grader's hub carries the run's process groups on a machine with `gpus` CUDA
-    GPUs (on real GPUs only where the run goes on virtual ones)."""
-    return run.carried and (bool(run.virtual_gpus) or not gpus)
+    GPUs (never on the real GPUs: there, only where the run goes on virtual ones or sees none)."""
+    return run.carried and (bool(run.virtual_gpus) or run.hide_gpus or not gpus)
 
 
 def carrier_plan(run: RunDef, timed: tuple[RunDef, ...], workloads: frozenset[str], run_timeout: float) -> CarrierPlan:
@@ -489,6 +496,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 timeout_s=min(run_timeout, left) if left > 0 else run_timeout,
                 watch_globals=assignment.variables,
                 virtual_gpus=run.virtual_gpus,
+                hide_gpus=run.hide_gpus,
                 driver=prepared.driver and not solution,
                 private=solution is not None,
                 carrier=carrier_plan(run, timed, workloads, run_timeout) if carried(run, env["cuda_gpus"]) else None,

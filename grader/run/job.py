@@ -50,6 +50,7 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     watch_globals: tuple[str, ...] = ()
     virtual_gpus: int = 0  # CUDA devices each simulated node pretends to have (0: none)
+    hide_gpus: bool = False  # the ranks see none of the machine's CUDA devices (CUDA_VISIBLE_DEVICES empty)
     driver: bool = False  # the script is a grader driver: it gets the recorder (__grader_emit__)
     private: bool = False  # the grader's own code (a reference solution): its files go as soon as it ends
     ddp_options: DdpOptions | None = None  # every DDP the script builds takes these (the reference solution's timed launches: the submission's)

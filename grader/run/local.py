@@ -347,6 +347,7 @@ class LocalRunner:
             **(IDENTITY if self.sandbox else {}),
             **self.options.extra_env,
             **job.env,
+            **({"CUDA_VISIBLE_DEVICES": ""} if job.hide_gpus else {}),
         }
         configs = []
         for rank in range(job.layout.world_size):

@@ -22,6 +22,7 @@ class RunDef:
     args: Mapping[str, Any] = field(default_factory=dict)  # arguments that differ in this run
     solution: str | None = None  # run this practical's reference solution, not the submission (its own args only)
     carried: bool = False  # the grader's hub carries the ranks' process groups (grader/probe/transport): verdicts about communication rest on its traffic
+    hide_gpus: bool = False  # its ranks see none of the machine's GPUs (set on GPU nodes for the spec's CPU runs the hub carries)
 
 
 @dataclass(frozen=True)

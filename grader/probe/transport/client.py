@@ -225,10 +225,11 @@ def _reduce_name(opts: Any) -> str:
 class CarriedGroup(dist.ProcessGroup):
     """A process group whose operations the grader's hub carries (the module docstring)."""
 
-    def __init__(self, rank: int, size: int, name: str, channel: Channel) -> None:
+    def __init__(self, rank: int, size: int, name: str, channel: Channel, devices: frozenset[str]) -> None:
         super().__init__(rank, size)
         self._name = name
         self._channel = channel
+        self._devices = devices  # the device types the script's backend serves
 
     def getBackendName(self) -> str:
         return BACKEND
@@ -242,6 +243,10 @@ class CarriedGroup(dist.ProcessGroup):
         return self._name
 
     def _call(self, kind: str, inputs: Sequence[torch.Tensor] = (), outputs: Sequence[torch.Tensor] = (), **how: Any) -> _Work:
+        with torch._C.DisableTorchFunction():
+            refused = next((t.device.type for t in (*inputs, *outputs) if t.device.type not in self._devices), None)
+        if refused is not None:  # as c10d refuses it where the backend has nothing for that device (NCCL and a CPU tensor)
+            raise RuntimeError(f"No backend type associated with device type {refused}")
         return self._channel.call(self._name, kind, inputs, outputs, **how)
 
     # collectives
@@ -337,36 +342,43 @@ for _name, _method in list(vars(CarriedGroup).items()):  # torch.compile calls t
         setattr(CarriedGroup, _name, torch.compiler.disable(_method))
 
 
-def _creator(channel: Channel) -> Callable[..., CarriedGroup]:
+def _creator(channel: Channel, asked: list[frozenset[str]]) -> Callable[..., CarriedGroup]:
+    """c10d's constructor of a carried group; `asked[-1]`: the device types the backend the
+    script asked for serves (set by the group helper just before c10d calls this)."""
+
     def create(options: Any, backend_options: Any = None) -> CarriedGroup:
         ranks = list(options.global_ranks_in_group) or list(range(options.group_size))
         name = str(options.group_id)
         channel.register(name, ranks, options.group_rank)
-        return CarriedGroup(options.group_rank, options.group_size, name, channel)
+        return CarriedGroup(options.group_rank, options.group_size, name, channel, asked[-1])
 
     return create
 
 
-def _as_asked(backend: Any) -> tuple[str, str]:
+def _as_asked(backend: Any) -> tuple[str, str, frozenset[str]]:
     """The backend and the backend config c10d would show for what the script asked (after
-    virtual GPUs turned NCCL into gloo): raises as c10d does for a backend this build lacks."""
+    virtual GPUs turned NCCL into gloo), and the device types that backend serves (NCCL's:
+    CUDA alone); raises as c10d does for a backend this build lacks."""
     config = c10d.BackendConfig(backend)
-    for name in config.get_device_backend_map().values():
+    served = config.get_device_backend_map()
+    for name in served.values():
         if name == dist.Backend.NCCL and not dist.is_nccl_available():
             raise RuntimeError("Distributed package doesn't have NCCL built in")
         if name == dist.Backend.MPI and not dist.is_mpi_available():
             raise RuntimeError("Distributed package doesn't have MPI built in. MPI is only included if you build PyTorch from source on a host that has MPI installed.")
-    return str(backend), str(config)
+    return str(backend), str(config), frozenset(served) or frozenset(("cpu", "cuda"))
 
 
 def install(fd: int) -> Channel:
     """Carry every process group this process creates over the hub socket `fd`."""
     channel = Channel(socket.socket(fileno=fd))
     original = c10d._new_process_group_helper
-    plugin = dist.Backend._BackendPlugin(_creator(channel), True)
+    asked: list[frozenset[str]] = [frozenset(("cpu", "cuda"))]
+    plugin = dist.Backend._BackendPlugin(_creator(channel, asked), True)
 
     def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs):  # type: ignore[no-untyped-def]
-        shown, config = _as_asked(backend)
+        shown, config, devices = _as_asked(backend)
+        asked[:] = [devices]
         dist.Backend._plugins[BACKEND.upper()] = plugin
         try:
             pg, prefix_store = original(group_size, group_rank, global_ranks_in_group, f"cpu:{BACKEND},cuda:{BACKEND}", store, *args, **kwargs)
