@@ -32,6 +32,7 @@ import signal
 import socket
 import sys
 import time
+from typing import NoReturn
 
 from grader.probe.cloak import neutral
 from grader.probe.messages import (
@@ -224,8 +225,10 @@ def _opens_the_gate(line: str) -> bool:
         return False
 
 
-def main(argv: list[str]) -> int:
-    """Warm up, then serve job requests from stdin until it closes."""
+def main(argv: list[str]) -> NoReturn:
+    """Warm up, then serve job requests from stdin until it closes; then end at once (the
+    interpreter's teardown with torch loaded takes about a second, which every grading waited
+    for, and there is nothing left to do: every job has ended)."""
     leave_session_keyring()
     for name in argv:
         importlib.import_module(name)
@@ -262,7 +265,9 @@ def main(argv: list[str]) -> int:
             os.close(opener)
         _, raw = os.waitpid(leader, 0)
         _say(LeaderExited(job=request.id, status=_status(raw), orphans=kill_children()))
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 neutral(main, "_run_module_as_main")  # under a rank's script, the frames of runpy (grader/probe/cloak.py)
