@@ -9,7 +9,7 @@ from types import ModuleType
 from grader.checks.base import CheckDef, Verdict
 from grader.checks.distributed import CHECKS
 from grader.course import Practical
-from grader.grade.pipeline import GradeOptions, carried, grade, on_this_machine, plan_runs
+from grader.grade.pipeline import KEEP_BYTES, KEEP_TIMED_BYTES, GradeOptions, carried, carrier_plan, grade, on_this_machine, plan_runs
 from grader.results.model import Status
 from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout
@@ -108,6 +108,20 @@ def test_on_gpu_nodes_carried_cpu_runs_see_no_gpu_and_runs_with_too_few_gpus_go_
     assert on_this_machine(replace(virtual, carried=True), 1) == replace(virtual, carried=True)
     assert on_this_machine(four, 2).virtual_gpus == 4 and on_this_machine(four, 4) == four
     assert on_this_machine(single, 1) == single and on_this_machine(virtual, 1) == virtual
+
+
+def test_the_hub_keeps_what_a_check_reads_of_a_launch() -> None:
+    """A checked run's data whole; a timed launch of the submission its first steps (checked
+    against the grader's training); none of the reference's timed launches (the grader's own
+    code, timed by its all-reduces' sizes) nor of a timing workload no speed check reads."""
+    checked, timed = RunDef(name="ws2", layout=Layout(1, 2), carried=True), RunDef(name="timed", layout=Layout(1, 2), carried=True)
+    kept = {
+        "checked": carrier_plan(checked, (timed,), frozenset({"timed"}), 60).keep_bytes,
+        "own timed": carrier_plan(timed, (timed,), frozenset({"timed"}), 60).keep_bytes,
+        "reference timed": carrier_plan(timed, (timed,), frozenset({"timed"}), 60, trusted=True).keep_bytes,
+        "--no-timing": carrier_plan(timed, (), frozenset({"timed"}), 60).keep_bytes,
+    }
+    assert kept == {"checked": KEEP_BYTES, "own timed": KEEP_TIMED_BYTES, "reference timed": 0, "--no-timing": 0}
 
 
 def test_a_quicker_grading_says_what_it_left_out(tmp_path: Path) -> None:

@@ -393,6 +393,11 @@ def test_a_carried_launch_is_timed_by_the_hubs_clock_and_only_when_it_does_the_w
     lazy = timing.carried_work(replace(carried(job), traffic=ddp_traffic(FakeWorkload(2, steps=8), lambda rank, step: [rank])), reference)  # a row each, not a shard
     assert lazy.step_ends.startswith("what your ranks' all-reduces carried in this launch is not the grader's own training on its inputs: step 0:")
     assert timing.measure([lazy]).problem.startswith("the grader's hub could not time it: what your ranks' all-reduces carried")
+    # the reference solution's launches (the grader's own code) keep no data: steps by their all-reduces' sizes
+    own = replace(job, private=True, carrier=CarrierPlan(60.0, 0))
+    assert timing.carried_work(carried(own), reference).step_ends == pytest.approx(timed.step_ends)
+    short = replace(carried(own), traffic=ddp_traffic(FakeWorkload(2, steps=5), contiguous(2)))
+    assert timing.carried_work(short, reference).step_ends == "step 5: your ranks made no more all-reduces of the size of a step's gradients (5 of 8 steps found)"
 
 
 def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is_timed(timed_practical) -> None:

@@ -50,7 +50,7 @@ from grader.probe.recorder.events import DdpArgs, Optimizer
 from grader.probe.messages import DdpOptions
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
-from grader.traffic.training import TrainingSeen, step_ends
+from grader.traffic.training import TrainingSeen, sized_step_ends, step_ends
 
 
 def rank_step_seconds(rank: RankResult, warmup: int = 1) -> list[float]:
@@ -104,11 +104,15 @@ def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None =
     all-reduces again; a launch of the submission whose DDP shows other costly options than
     `adopted` (those the reference's launches took on, from the checked runs) is not timed
     either. The timed inputs differ from the checked runs', and a script could do less when it
-    sees them. (Beyond the data the hub keeps, a step is timed by its all-reduces' sizes alone.)"""
+    sees them. (Beyond the data the hub keeps, a step is timed by its all-reduces' sizes alone;
+    so is every step of the reference solution's launches, the grader's own code, of which the
+    hub keeps nothing: pipeline.carrier_plan.)"""
     if launch.spec.carrier is None or launch.traffic is None:
         return launch
     if not isinstance(launch.traffic, TrafficReport):
         return replace(launch, step_ends=f"no report: {launch.traffic}")
+    if launch.spec.private:
+        return replace(launch, step_ends=sized_step_ends(launch.traffic, reference.workload))
     seen = reference.seen(launch, lambda: claims_of(launch, reference.workload))
     if isinstance(seen, str):
         return replace(launch, step_ends=seen)

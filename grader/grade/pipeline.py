@@ -151,15 +151,16 @@ def carried(run: RunDef, gpus: int) -> bool:
     return run.carried and (bool(run.virtual_gpus) or run.hide_gpus or not gpus)
 
 
-def carrier_plan(run: RunDef, timed: tuple[RunDef, ...], workloads: frozenset[str], run_timeout: float) -> CarrierPlan:
+def carrier_plan(run: RunDef, timed: tuple[RunDef, ...], workloads: frozenset[str], run_timeout: float, trusted: bool = False) -> CarrierPlan:
     """What the grader's hub of a carried launch is told: a collective may wait for its last
     member as long as the launch may run (a rank may take long to get there: torch.compile, a
-    first DDP); a checked run's data is kept whole, a timed launch's first steps only, and none
+    first DDP); a checked run's data is kept whole, a timed launch's first steps only (none of
+    a `trusted` one, the reference solution's: its steps are found by their sizes), and none
     of a timing workload (`workloads`: the runs a speed check of the spec times) launched where
     no speed check reads it (`--no-timing`: it ran for `clean_exit` alone; p6's would carry
     80 MiB of gradients to the grader for nothing)."""
     if run in timed:
-        return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_TIMED_BYTES, keep_broadcasts=False)
+        return CarrierPlan(wait_s=run_timeout, keep_bytes=0 if trusted else KEEP_TIMED_BYTES, keep_broadcasts=False)
     if run.name in workloads:
         return CarrierPlan(wait_s=run_timeout, keep_bytes=0, keep_broadcasts=False)
     return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_BYTES, keep_broadcasts=True)
@@ -499,7 +500,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
                 hide_gpus=run.hide_gpus,
                 driver=prepared.driver and not solution,
                 private=solution is not None,
-                carrier=carrier_plan(run, timed, workloads, run_timeout) if carried(run, env["cuda_gpus"]) else None,
+                carrier=carrier_plan(run, timed, workloads, run_timeout, trusted=solution is not None) if carried(run, env["cuda_gpus"]) else None,
                 clock_steps=steps,
             )
 

@@ -375,8 +375,21 @@ def step_ends(report: TrafficReport, seen: TrainingSeen, steps: int) -> tuple[fl
     reds = reductions(report)
     at = {red.position: index for index, red in enumerate(reds)}
     target = sum(reds[at[position]].numel for position in seen.steps[-1].syncs)
-    ends = [step.end for step in seen.steps]
-    index = at[seen.steps[-1].syncs[-1]] + 1
+    return _sized_steps(reds, target, at[seen.steps[-1].syncs[-1]] + 1, [step.end for step in seen.steps], steps)
+
+
+def sized_step_ends(report: TrafficReport, workload: Workload) -> tuple[float, ...] | str:
+    """When each step of a launch of the grader's own code (a reference solution's timed launch,
+    of which the hub keeps no data) ended by the hub's clock: each step is the all-reduces that
+    together reduce every gradient of the workload's model once, as step_ends finds the steps
+    after those it saw."""
+    numel = sum(values.numel() for values in workload.parameters(()).values())
+    return _sized_steps(reductions(report), numel, 0, [], workload.steps)
+
+
+def _sized_steps(reds: list[Reduction], target: int, index: int, ends: list[float], steps: int) -> tuple[float, ...] | str:
+    """`ends` and the ends of the next steps up to `steps`, each the next all-reduces from
+    `index` on that reduce `target` values together (step_ends)."""
     while len(ends) < steps:
         total = 0
         while index < len(reds) and total < target:
