@@ -45,9 +45,6 @@ def template_two_stage(dim: int, hidden: int) -> Any:
     return TwoStageModel()
 
 
-SETTINGS = ("seed", "batch_size", "dim", "hidden", "steps", "lr")
-
-
 class DataParallelWorkload:
     """A run's training as the grader computes it (grader.traffic.training.Workload): the
     template's model from `build()`, the grading's data and SGD; single-process parameters are
