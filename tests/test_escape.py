@@ -207,10 +207,19 @@ def test_results_json_is_always_written_valid_and_bounded(name: str, tmp_path: P
     document = json.loads(raw.decode("utf-8"))
     jsonschema.validate(document, SCHEMA)
     assert [t["score"] for t in document["tests"]] == [0.0, 2.0, 0, 0] and document["tests"][-1]["name"] == "Autograder error"
-    shown = [document["output"], document["extra_data"]["autograder_error"]]
-    shown += [test[key] for test in document["tests"] for key in ("output", "name")]
-    assert all(raw_acting(text, acting) == [] for text in shown)
+    assert [text for text in strings_of(document) if raw_acting(text, acting)] == []  # every field, keys too
     assert all(FAKE_SCORE not in line or not line.startswith("Score:") for line in document["output"].splitlines())
+
+
+def strings_of(value: object) -> list[str]:
+    """Every string of a JSON document, its keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in (key, *strings_of(item))]
+    if isinstance(value, list):
+        return [text for item in value for text in strings_of(item)]
+    return []
 
 
 def test_a_stored_hostile_result_is_saved_and_read_back(tmp_path: Path) -> None:
@@ -218,7 +227,7 @@ def test_a_stored_hostile_result_is_saved_and_read_back(tmp_path: Path) -> None:
     store.save(to_gradescope(hostile_report(ALL_HOSTILE)), {"student": "alice", "practical": "p6", "commit": "abc"})
     (entry,) = store.entries()
     answers = entry.document["extra_data"]["manual_answers"]
-    assert list(answers.values()) == [ALL_HOSTILE.replace("\ud800", "\\ud800").replace("\udfff", "\\udfff")]
+    assert list(answers.values()) == [visible(ALL_HOSTILE, keep_newlines=True)]  # as the student wrote it, nothing acting
 
 
 def test_ordinary_text_renders_as_before() -> None:
@@ -346,7 +355,7 @@ def test_a_raw_nul_byte_is_a_problem(tmp_path: Path) -> None:
     )
 
 
-def test_escaped_surrogates_and_nuls_are_kept_raw_and_shown_safely(tmp_path: Path, acting: frozenset[str]) -> None:
+def test_escaped_surrogates_and_nuls_are_read_and_shown_safely_in_every_field(tmp_path: Path, acting: frozenset[str]) -> None:
     answers, _, _ = load(tmp_path, 'questions:\n  faster: "bad \\ud800 \\0 \\e[2J"\n  memory: [1, {a: "\\x1b"}]\n')
     texts = manual_texts(answers, ("questions.faster", "questions.memory", "questions.missing"))
     assert texts == (
@@ -357,7 +366,7 @@ def test_escaped_surrogates_and_nuls_are_kept_raw_and_shown_safely(tmp_path: Pat
     report = GradingReport("p5", "DP", (), manual=texts)
     write_results(report, tmp_path / "results.json")
     document = json.loads((tmp_path / "results.json").read_bytes().decode("utf-8"))
-    assert document["extra_data"]["manual_answers"]["questions.faster"] == "bad \\ud800 \x00 \x1b[2J"
+    assert document["extra_data"]["manual_answers"]["questions.faster"] == "bad \\ud800 \\x00 \\x1b[2J"  # the field staff read raw too
     assert "  questions.faster: bad \\ud800 \\x00 \\x1b[2J" in document["output"].splitlines()
     assert raw_acting(document["output"], acting) == []
 

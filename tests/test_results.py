@@ -35,6 +35,8 @@ def test_gradescope_document_follows_the_format() -> None:
     assert "status" not in deferred and deferred["max_score"] == 0 and deferred["extra_data"]["deferred_points"] == 3.0
     assert document["extra_data"]["max_score"] == 7.0 and document["extra_data"]["deferred_points"] == 3.0
     assert "rank 1 raised ValueError" in document["output"] and "seed 5" in document["output"]
+    # the visible output counts what the student may see now: the after_due_date check waits
+    assert "Score: 2 / 2  (3 more points deferred" in document["output"] and "1 more check(s) are shown after the deadline" in document["output"]
 
 
 def test_an_autograder_error_is_still_a_valid_result() -> None:

@@ -16,8 +16,10 @@ renderer passes such text through this module, never through ad-hoc replaces:
 - markdown: `markdown_inline` (one line; markdown's specials backslash-escaped, `<`, `>`, `&`
   as entities, so no raw HTML) and `markdown_block` (a fenced code block whose fence is longer
   than any run of backticks inside, so the text cannot close it).
-- `json_safe`: any JSON-able structure with lone surrogates shown, strings and the whole
-  bounded, NaN and infinities dropped: `json.dumps` of it never fails and stays small.
+- `json_safe`: any JSON-able structure with every string (keys too) visible, newlines kept,
+  strings and the whole bounded, NaN and infinities dropped: `json.dumps` of it never fails and
+  stays small. Every JSON document the grader writes for people (results.json, GitHub
+  Classroom's) passes through it whole, so no field of it can keep a character that acts.
 - `spreadsheet_cell`: a visible CSV cell that a spreadsheet never reads as a formula.
 """
 from __future__ import annotations
@@ -43,7 +45,6 @@ _FORMAT = (
     "\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     "\U000e0001\U000e0020-\U000e007f"
 )
-_SURROGATES = re.compile("[\ud800-\udfff]")
 _ACTING = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff{_FORMAT}]")
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _BACKTICKS = re.compile("`+")
@@ -118,10 +119,10 @@ class _Budget:
     left: int
 
     def text(self, value: str, max_chars: int) -> str:
-        """`value` capped to what is left (and `max_chars`), lone surrogates shown."""
+        """`value` capped to what is left (and `max_chars`), visible (newlines kept)."""
         kept = cap(value[:], min(max_chars, max(self.left, 0)))
         self.left -= len(kept)
-        return _SURROGATES.sub(_shown, kept)
+        return visible(kept, keep_newlines=True)
 
     def item(self) -> bool:
         """Take one item of a list or mapping; False once nothing is left."""
@@ -131,7 +132,8 @@ class _Budget:
 
 def json_safe(value: Any, *, max_string: int = JSON_STRING_CHARS, max_total: int = JSON_TOTAL_CHARS) -> Any:
     """`value` (dicts, lists, tuples, strings, numbers, None) made safe for `json.dumps(...,
-    ensure_ascii=False)` and UTF-8: lone surrogates shown as `\\udxxx`, each string capped at
+    ensure_ascii=False)` and UTF-8: every string visible (`visible`, newlines kept; lone
+    surrogates shown as `\\udxxx`), each string capped at
     `max_string`, all strings and items together at about `max_total` (later items dropped,
     with a marker), nesting at JSON_DEPTH, NaN and infinities as None, other objects as text."""
     return _safe(value, _Budget(max_total), max_string, JSON_DEPTH)

@@ -88,7 +88,7 @@ def to_gradescope(report: GradingReport) -> dict[str, Any]:
     return json_safe({
         "score": round(report.score, 4),
         "execution_time": max(1, round(report.execution_time_s)),
-        "output": cap(overview_text(report), OUTPUT_CHARS),
+        "output": cap(overview_text(report.as_students_see(after_deadline=False)), OUTPUT_CHARS),  # visible to the student at once
         "output_format": "text",
         "test_output_format": "text",
         "test_name_format": "text",

@@ -2,7 +2,7 @@
 grader.results.gradescope knows Gradescope's field names."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Mapping
 
@@ -78,6 +78,19 @@ class GradingReport:
     @property
     def deferred_points(self) -> float:
         return sum(c.max_score for c in self.checks if c.status is Status.DEFERRED)
+
+    def as_students_see(self, after_deadline: bool) -> "GradingReport":
+        """The checks its student may see now (visible ones; after_due_date ones too once the
+        deadline has passed; hidden and after_published ones never), with a note on the others:
+        what the student is shown counts nothing else (Gradescope's visible output, git's
+        feedback)."""
+        shown = {"visible", "after_due_date"} if after_deadline else {"visible"}
+        left_out = [c for c in self.checks if c.visibility not in shown]
+        if not left_out:
+            return self
+        when = "once the results are published" if after_deadline else "after the deadline"
+        note = f"{len(left_out)} more check(s) are shown {when}"
+        return replace(self, checks=tuple(c for c in self.checks if c.visibility in shown), notes=(*self.notes, note))
 
     @classmethod
     def failure(cls, practical: str, message: str, *, execution_time_s: float = 0.0, environment: Mapping[str, Any] | None = None) -> "GradingReport":

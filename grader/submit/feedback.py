@@ -39,10 +39,8 @@ REVEALED = "feedback"  # the store's folder of marks: feedback delivered after t
 
 def student_view(report: GradingReport, after_deadline: bool, notes: tuple[str, ...] = ()) -> GradingReport:
     """The report as its student may see it, with `notes` (e.g. when it was submitted) first."""
-    shown = {"visible", "after_due_date"} if after_deadline else {"visible"}
-    left_out = [c for c in report.checks if c.visibility not in shown]
-    notes = notes + report.notes + ((f"{len(left_out)} more check(s) are shown {'once the results are published' if after_deadline else 'after the deadline'}",) if left_out else ())
-    return replace(report, checks=tuple(c for c in report.checks if c.visibility in shown), environment={}, runs=(), notes=notes)
+    seen = report.as_students_see(after_deadline)
+    return replace(seen, environment={}, runs=(), notes=notes + seen.notes)
 
 
 def read_command(practical: str) -> str:
