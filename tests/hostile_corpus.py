@@ -514,12 +514,18 @@ CASES = CASES + MORE_CASES
 
 # --- found by attacking the sandbox as it was (a red team): IPC, /dev, keyrings, the folder itself
 
-SYSV_SHM = """import ctypes, os
+SYSV_SHM = """import ctypes, ctypes.util, os
 if int(os.environ["RANK"]) == 0:
     with open("/proc/sysvipc/shm") as table:
         if len(table.read().splitlines()) > 1:
             raise RuntimeError("a shared-memory segment of an earlier job is still there")
     libc = ctypes.CDLL(None, use_errno=True)
+    rt = ctypes.CDLL(ctypes.util.find_library("rt") or None, use_errno=True)  # POSIX message queues (libc itself since glibc 2.34)
+    if rt.mq_open(b"/left-behind", os.O_RDONLY) >= 0:
+        raise RuntimeError("a POSIX message queue of an earlier job is still there")
+    queue = rt.mq_open(b"/left-behind", os.O_CREAT | os.O_RDWR, 0o600, None)
+    if queue < 0 or rt.mq_send(queue, b"from an earlier job", 19, 0) != 0:
+        raise RuntimeError(f"mq_open or mq_send failed: errno {{ctypes.get_errno()}}")
     libc.shmat.restype = ctypes.c_void_p
     segment = libc.shmget(0, ctypes.c_size_t(1 << 30), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
     address = libc.shmat(segment, None, 0)
@@ -613,7 +619,7 @@ if int(os.environ["RANK"]) == 0:
 
 RED_TEAM_CASES = (
     Case("thirty_thousand_long_names_in_tmp", p6(LONG_NAMES_IN_TMP), 18, ("passed",)),
-    Case("sysv_shared_memory_outlives_its_job", p6(SYSV_SHM), 18, ("passed",), args=()),
+    Case("sysv_and_posix_ipc_outlive_their_job", p6(SYSV_SHM), 18, ("passed",), args=()),
     Case("writes_into_dev", p6(WRITE_DEV), 0, ("/dev stayed read-only: OSError",)),
     Case("floods_its_records_with_tiny_objects", p6(OBSERVATION_FLOOD, ""), 0, ("exited with status 6",), args=("--world-size", "4"), within_s=30),
     Case("reads_the_graders_session_keyring", p6(READ_KEYRING, ""), 0, ("no key of the grader's session keyring in reach",), setup=grader_session_keyring),

@@ -79,6 +79,7 @@ GRADER_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the g
 TOKEN_VARIABLE = "TORCHELASTIC_RUN_ID"  # the run id torchrun gives its workers: here the job's token, by which the grader finds what a job left behind
 RANK_FILES = ("stdout", "stderr", "faults", "observations.jsonl")
 ZYGOTE = "import sys; from grader.probe.zygote import main; sys.exit(main(sys.argv[1:]))"  # not -m: no module frame of the grader's under the ranks' scripts
+POSIX_QUEUES_REMOVED = 'mount -t mqueue none /mnt && find /mnt -mindepth 1 -delete'  # run in a mount namespace of its own
 DISK_FULL_BYTES = 1 << 20  # a grading folder with less free space than this after a job was filled by it
 
 
@@ -226,15 +227,19 @@ class _Domain:
 
     def clear(self, job_dir: Path) -> None:
         """Remove what a job left: its folder, everything in the sandbox's /tmp and /dev/shm,
-        and the SysV shared memory, semaphores and message queues of the sandbox's IPC
-        namespace (it lives as long as the launcher, and a segment outlives its creator)."""
+        and the IPC objects of the sandbox's IPC namespace (it lives as long as the launcher,
+        and each of them outlives its creator): SysV shared memory, semaphores and message
+        queues (ipcrm), and POSIX message queues (unlinked through a mqueue filesystem mounted
+        in a mount namespace of the clearing command's own)."""
         if not self.options.keep_files:
             remove_tree(job_dir)
         for scratch in SCRATCH:
             empty_folder(self.root / scratch)
         inside = children_of(self.zygote.proc.pid) if self.sandbox is not None and self.zygote is not None and self.zygote.alive() else []
         if inside:  # bwrap's first child is in the sandbox's namespaces
-            subprocess.run(["nsenter", f"--target={inside[0]}", "--ipc", "--", "ipcrm", "--all"], capture_output=True, timeout=30)
+            enter = ["nsenter", f"--target={inside[0]}", "--ipc", "--"]
+            subprocess.run([*enter, "ipcrm", "--all"], capture_output=True, timeout=30)
+            subprocess.run([*enter, "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", POSIX_QUEUES_REMOVED], capture_output=True, timeout=30)
 
     def close(self) -> None:
         self.stop()
