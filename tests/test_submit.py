@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
 from grader.run.sandbox import SandboxMissing, open_sandbox
 from grader.submit.problems import open_problems
 from grader.submit.regrade import Selection, regrade
-from grader.submit.worker import extract, materialise, ready_to_grade, store_failure, work
+from grader.submit.worker import materialise, ready_to_grade, store_failure, work
 from helpers import ROOT, copy_course, git, needs, run_cli, sandbox_problem
 
 COURSE = load_course(ROOT)
@@ -241,30 +241,6 @@ def test_a_job_is_sized_from_the_spec_and_cut_to_the_largest_node(tmp_path: Path
     assert f"# {note}" in small and f"echo '{note}'" in small
 
 
-def test_extracting_a_students_archive_never_writes_outside_the_folder(tmp_path: Path) -> None:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        def add(name: str, data: bytes = b"x", link: str | None = None) -> None:
-            info = tarfile.TarInfo(name)
-            if link is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, link
-            else:
-                info.size = len(data)
-            archive.addfile(info, io.BytesIO(data) if link is None else None)
-        add("assignments/p6/ok.py", b"print(1)")
-        add("assignments/p6/../../escaped.txt")
-        add("assignments/p6/out", link=str(tmp_path))
-        add("assignments/p6/out/through_link.txt")
-    buffer.seek(0)
-    folder = tmp_path / "submission"
-    folder.mkdir()
-    with tarfile.open(fileobj=buffer) as archive:
-        extract(archive, "assignments/p6", folder)
-    assert (folder / "ok.py").read_text() == "print(1)"
-    assert (folder / "out").is_symlink()
-    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "through_link.txt").exists()
-
-
 def _object(repo: Path, kind: str, data: bytes) -> str:
     """Write a raw object (git checks nothing with --literally) and return its name."""
     done = subprocess.run(["git", "--git-dir", str(repo), "hash-object", "--literally", "-w", "-t", kind, "--stdin"], input=data, capture_output=True, check=True)
@@ -292,6 +268,53 @@ def test_a_crafted_git_tree_with_one_name_twice_is_taken_the_first_time(tmp_path
     submission = Submission(student="alice", practical="p6", commit=commit, source={"kind": "git", "repo": str(repo)}, backend="fake")
     taken = materialise(submission, tmp_path)
     assert taken.refused is None and (taken.folder / "p6_ddp.py").read_text() == "print('first')\n"
+
+
+def test_a_crafted_tree_never_writes_outside_the_folder(tmp_path: Path) -> None:
+    """Names a crafted tree may hold: `..`, a link to a folder outside and a folder of the same
+    name behind it, a submodule."""
+    from grader.submit.worker import materialise
+
+    repo = tmp_path / "student.git"
+    git("init", "--bare", str(repo), cwd=tmp_path)
+
+    def tree(entries: list[tuple[str, str, str]]) -> str:
+        return _object(repo, "tree", b"".join(f"{mode} {name}".encode() + b"\0" + bytes.fromhex(sha) for mode, name, sha in entries))
+
+    escaped = tree([("100644", "escaped.txt", _object(repo, "blob", b"out"))])
+    commit = _commit_of(repo, [
+        ("40000", "..", escaped),
+        ("120000", "out", _object(repo, "blob", str(tmp_path).encode())),
+        ("40000", "out", tree([("100644", "through_link.txt", _object(repo, "blob", b"out"))])),
+        ("100755", "p6_ddp.py", _object(repo, "blob", b"print(1)\n")),
+        ("160000", "vendored", "0" * 40),
+    ])
+    submission = Submission(student="alice", practical="p6", commit=commit, source={"kind": "git", "repo": str(repo)}, backend="fake")
+    (tmp_path / "into").mkdir()
+    taken = materialise(submission, tmp_path / "into")
+    assert taken.refused is None and (taken.folder / "p6_ddp.py").read_text() == "print(1)\n" and os.access(taken.folder / "p6_ddp.py", os.X_OK)
+    assert (taken.folder / "out").is_symlink() and sorted(p.name for p in taken.folder.iterdir()) == ["out", "p6_ddp.py"]
+    assert not list(tmp_path.rglob("escaped.txt")) and not (tmp_path / "through_link.txt").exists()
+
+
+def test_committed_attributes_change_no_byte(pushed, tmp_path: Path) -> None:
+    """git archive would substitute an export-subst file's $Format$ (2.3 GiB of git's memory for
+    a 3.4 MB file with %>(16000)%H in it) and leave export-ignore files out: the grader takes the
+    committed bytes."""
+    repo, _, _ = pushed
+    work_tree = tmp_path / "clone"
+    held = "$Format:%H$ " * 3
+    (work_tree / "assignments" / "p6" / "notes.txt").write_text(held)
+    (work_tree / "assignments" / "p6" / "hidden.txt").write_text("kept")
+    (work_tree / ".gitattributes").write_text("*.txt export-subst\nhidden.txt export-ignore\n")
+    git("add", "-A", cwd=work_tree)
+    git("commit", "-qm", "attributes", cwd=work_tree)
+    commit = git("rev-parse", "HEAD", cwd=work_tree)
+    git("push", "-q", str(repo), f"{commit}:refs/heads/attributes", cwd=work_tree)
+    submission = Submission(student="alice", practical="p6", commit=commit, source={"kind": "git", "repo": str(repo)}, backend="fake")
+    (tmp_path / "into").mkdir()
+    taken = materialise(submission, tmp_path / "into")
+    assert (taken.folder / "notes.txt").read_text() == held and (taken.folder / "hidden.txt").read_text() == "kept"
 
 
 def test_a_huge_blob_is_refused_while_it_streams(tmp_path: Path) -> None:

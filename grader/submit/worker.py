@@ -11,11 +11,8 @@ import datetime
 import hashlib
 import os
 import platform
-import shutil
 import subprocess
-import tarfile
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,12 +28,13 @@ from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, rem
 from grader.spec import SpecError
 from grader.store import ResultsStore
 from grader.submit.backends import LOG_MODE
-from grader.submit.gitenv import git_free_environment, refused_config, student_git, student_git_environment
+from grader.submit import gittree
+from grader.submit.gitenv import git_free_environment, refused_config
 from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed, publish
 from grader.submit.problems import report_problem
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
-GIT_ARCHIVE_S = 120  # taking a commit's files out of git
+GIT_READ_S = 120  # taking a commit's files out of git
 
 
 class MaterialiseError(Exception):
@@ -78,75 +76,18 @@ def materialise(submission: Submission, into: Path, limits: TreeLimits = TreeLim
 
 
 def _from_git(repo: str, commit: str, prefix: str, folder: Path, limits: TreeLimits) -> Materialised:
-    """`prefix` of `commit`, streamed out of `git archive` into `folder` and stopped at `limits`
-    (a 3 GiB blob must cost neither the grader's memory nor the host's disk)."""
-    with tempfile.TemporaryFile() as errors:
-        git = subprocess.Popen([*student_git(repo), "archive", "--format=tar", commit, prefix], stdout=subprocess.PIPE, stderr=errors, env=student_git_environment())
-        late = threading.Event()
-        watchdog = threading.Timer(GIT_ARCHIVE_S, lambda: (late.set(), git.kill()))
-        watchdog.start()
-        try:
-            with tarfile.open(fileobj=git.stdout, mode="r|") as archive:
-                refused = extract(archive, prefix, folder, limits)
-        except tarfile.TarError as exc:
-            refused = None if git.wait() else f"the commit's {prefix} cannot be read: {exc}"
-        finally:
-            git.kill()  # it may be waiting to write what a refused archive no longer reads
-            status = git.wait()
-            watchdog.cancel()
-            git.stdout.close()
-        errors.seek(0)
-        stderr = errors.read(4096)
-    if late.is_set():
-        raise MaterialiseError(f"git archive {commit} took more than {GIT_ARCHIVE_S} s")
+    """`prefix` of `commit`, its committed bytes (grader/submit/gittree.py), stopped at `limits`
+    before any file is read (a 3 GiB blob must cost neither the grader's memory nor the host's
+    disk). A commit without the practical's folder is graded as a missing script."""
+    try:
+        refused = gittree.take(repo, commit, prefix, folder, limits, GIT_READ_S)
+    except gittree.GitReadError as exc:
+        raise MaterialiseError(str(exc)) from None
     if refused:
         remove_tree(folder)
         folder.mkdir()
         return Materialised(folder, refused)
-    if status != 0 and not any(folder.iterdir()):
-        if b"did not match any files" in stderr or b"pathspec" in stderr:
-            return Materialised(folder)  # the commit has no such practical: graded as a missing script
-        raise MaterialiseError(f"git archive {commit}: {stderr.decode(errors='replace').strip()[:300] or f'exit status {status}'}")
     return Materialised(folder)
-
-
-def extract(archive: tarfile.TarFile, prefix: str, folder: Path, limits: TreeLimits = TreeLimits()) -> str | None:
-    """Extract the members under `prefix` into `folder` — as the grader, from a student's
-    repository: no member may write outside `folder` (no '..', no path through a link), files
-    are created afresh without following links, links are kept as links, a second member of
-    the same name is passed over. Reads the archive as a stream; returns why it stopped when
-    it holds more than `limits` allows."""
-    inside = os.path.realpath(folder) + os.sep
-    entries, written = 0, 0
-    for member in archive:
-        relative = member.name[len(prefix):].lstrip("/")
-        if not member.name.startswith(prefix + "/") or not relative or ".." in Path(relative).parts:
-            continue
-        entries += 1
-        written += member.size if member.isfile() else 0
-        if entries > limits.max_entries:
-            return f"the submission holds more than {limits.max_entries} files and folders"
-        if written > limits.max_bytes:
-            return f"the submission holds more than {limits.max_bytes >> 20} MiB"
-        if len(Path(relative).parts) > limits.max_depth:
-            return f"the submission's folders are nested more than {limits.max_depth} levels deep ({relative[:80]}…)"
-        target = folder / relative
-        if not (os.path.realpath(target.parent) + os.sep).startswith(inside):
-            continue  # a path through a link that leaves the folder
-        try:
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-            elif member.isfile():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if member.mode & 0o111 else 0o644)
-                with os.fdopen(fd, "wb") as handle:
-                    shutil.copyfileobj(archive.extractfile(member), handle)
-            elif member.issym():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(member.linkname, target)
-        except (FileExistsError, NotADirectoryError):
-            continue  # a second entry of one name (git accepts such a crafted tree): the first counts
-    return None
 
 
 def template_version(course: Course, practical: str) -> str:
