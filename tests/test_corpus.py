@@ -28,7 +28,7 @@ CORPORA = {"p4": corpus_p4, "p5": corpus_p5, "p6": corpus_p6, "p10": corpus_p10}
 # Graded in the suite, per practical: buggy cases (cheats among them), correct ones, spread
 # evenly over the corpus; and the cases that once found a defect (the p4 corpus's first run
 # found two: a whole-batch output through model.forward(x), and layer 1 moved to cuda:1).
-SAMPLE = {"p4": (14, 0, 7), "p5": (14, 0, 7), "p6": (3, 1, 2), "p10": (3, 1, 2)}  # (buggy, cheats, correct)
+SAMPLE = {"p4": (9, 0, 4), "p5": (9, 0, 4), "p6": (3, 1, 2), "p10": (3, 1, 2)}  # (buggy, cheats, correct)
 FOUND_DEFECTS = ("p4:whole_batch_through_forward_method_cheat", "p4:layer1_moved_to_cuda1_inside_forward_cheat")
 
 

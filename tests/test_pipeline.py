@@ -15,6 +15,7 @@ from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout
 from grader.spec.model import RunDef
 from grader.spec import load_assignment
+from helpers import ROOT
 from observations import FakeWorkload, contiguous, ddp_rank, ddp_traffic
 from grader.practicals.reference import DataParallelReference
 
@@ -122,6 +123,16 @@ def test_the_hub_keeps_what_a_check_reads_of_a_launch() -> None:
         "--no-timing": carrier_plan(timed, (), frozenset({"timed"}), 60).keep_bytes,
     }
     assert kept == {"checked": KEEP_BYTES, "own timed": KEEP_TIMED_BYTES, "reference timed": 0, "--no-timing": 0}
+
+
+def test_the_launcher_warms_up_what_ddp_imports_only_for_the_practicals_the_hub_carries() -> None:
+    from grader.course import load_course, load_practical
+    from grader.grade.session import runner_options
+    from grader.run.local import DDP_WARM_MODULE
+
+    course = load_course(ROOT)
+    warms = {practical: DDP_WARM_MODULE in runner_options(load_practical(course, practical), False, True).warm_modules for practical in ("p4", "p5", "p6", "p10")}
+    assert warms == {"p4": False, "p5": False, "p6": True, "p10": True}
 
 
 def test_a_quicker_grading_says_what_it_left_out(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 seconds from the earliest thing any process recorded."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -23,10 +24,10 @@ class Timed(Mapping[str, Any]):
     event: Event
     start: float
     end: float
-    _fields: dict = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_fields", {**plain(self.event), "start": self.start, "end": self.end})
+    @cached_property
+    def _fields(self) -> dict:  # made when first read: most events are only ever drawn by their times
+        return {**plain(self.event), "start": self.start, "end": self.end}
 
     def __getitem__(self, key: str) -> Any:
         return self._fields[key]

@@ -20,6 +20,7 @@ MIN_WIDTH = 0.002  # the narrowest span drawn, as a fraction of the time axis (2
 MAX_LANES = 48  # lanes drawn at most; the processes that do not fit are counted in the title
 LANE_INCHES = 0.3
 LABEL_CHARACTERS = 60
+CHARACTER_EM = 0.62  # the mean width of a character of matplotlib's font, in ems (DejaVu Sans, bold labels included)
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,8 @@ def draw_timeline(processes: list[ObservedProcess], path: Path, heading: str = "
 
     timeline = timeline_lanes(processes)
     rows = max(len(timeline.lanes), 1)
-    figure = Figure(figsize=(13, max(2.8, 1.5 + LANE_INCHES * rows)), dpi=110, layout="constrained")
+    size = (13.0, max(2.8, 1.5 + LANE_INCHES * rows))
+    figure = Figure(figsize=size, dpi=110)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     window = timeline.end - timeline.start
@@ -180,9 +182,26 @@ def draw_timeline(processes: list[ObservedProcess], path: Path, heading: str = "
     axes.set_xlim(0, axis * 1.01)
     axes.set_xlabel(f"time since the first forward, backward, all-reduce or step of any process ({unit})")
     about = "each process: compute (bold), then DataParallel replicas and model stages, then all-reduces"
-    axes.set_title("\n".join(filter(None, [_plain(heading, 160), about, _not_drawn_text(timeline)])), fontsize=10)
+    title = [line for line in (_plain(heading, 160), about, _not_drawn_text(timeline)) if line]
+    axes.set_title("\n".join(title), fontsize=10)
     axes.grid(axis="x", alpha=0.3)
-    if kinds:
+    legend = [LEGEND[k] for k in LEGEND if k in kinds]
+    if legend:
         handles = [Patch(color=COLOURS[k], label=LEGEND[k]) for k in LEGEND if k in kinds]
         axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9)
+    figure.subplots_adjust(**_margins([_plain(lane.label, LABEL_CHARACTERS) for lane in timeline.lanes], len(title), legend, size))
     figure.savefig(path, format="png")
+
+
+def _margins(labels: list[str], title_lines: int, legend: list[str], size: tuple[float, float]) -> dict[str, float]:
+    """The axes' place in the figure, from the widths of its texts: the lane labels (9 pt) on
+    the left, the legend (9 pt, with its patches) on the right, the title's lines (10 pt) above,
+    the ticks and the axis label below. Computed, not solved: a layout engine would draw the
+    figure twice (about 0.3 s a picture, five pictures a grading)."""
+    width, height = size
+    inch = 1 / 72  # a point
+    left = 0.2 + max((len(label) for label in labels), default=4) * 9 * CHARACTER_EM * inch
+    right = 0.25 + ((max(len(label) for label in legend) * 9 * CHARACTER_EM + 34) * inch if legend else 0)
+    top = 0.12 + title_lines * 10 * 1.3 * inch
+    bottom = 0.6
+    return {"left": min(left / width, 0.45), "right": 1 - right / width, "top": 1 - top / height, "bottom": bottom / height}

@@ -83,6 +83,9 @@ POSIX_QUEUES_REMOVED = 'mount -t mqueue none /mnt && find /mnt -mindepth 1 -dele
 DISK_FULL_BYTES = 1 << 20  # a grading folder with less free space than this after a job was filled by it
 
 
+DDP_WARM_MODULE = "torch._dynamo"  # DistributedDataParallel imports it on first construction (~2 s)
+
+
 @dataclass(frozen=True)
 class LocalRunnerOptions:
     """Knobs of the local runner; the defaults suit the course's small practicals."""
@@ -92,7 +95,7 @@ class LocalRunnerOptions:
         "torch",
         "torch.distributed",
         "torch.nn.parallel",
-        "torch._dynamo",  # DistributedDataParallel imports it on first construction (~2 s)
+        DDP_WARM_MODULE,
         "grader.probe.rank",
         "grader.probe.recorder.observers",
         "grader.probe.vgpu.install",
