@@ -307,6 +307,45 @@ def test_memory_past_the_cap_is_stopped_and_reported(grading: Opener, started: l
     assert_gone(job)
 
 
+TCP_HOG = """
+import socket, sys
+sys.stdin.readline()
+server = socket.create_server(("127.0.0.1", 0))
+held, sent = [], 0
+for _ in range(24):  # connections whose data nobody reads: each holds its send and receive buffers
+    client = socket.create_connection(server.getsockname())
+    held += [client, server.accept()[0]]
+    client.setblocking(False)
+    try:
+        while True:
+            sent += client.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+print(sent, flush=True)
+"""
+
+
+@real_cgroups
+def test_tcp_buffers_are_bounded_per_job() -> None:
+    """cgroup v1 keeps TCP buffers apart from memory: 1.3 GiB of unread loopback data once went
+    uncounted. A job's TCP buffers stop at its cap (v2 charges them to memory: nothing to set)."""
+    caps = Caps(256 * MiB, 64, tcp_bytes=8 * MiB)
+    cgroups = open_cgroups(f"test-{uuid.uuid4().hex[:8]}", caps)
+    assert not isinstance(cgroups, str), cgroups
+    try:
+        job = cgroups.job("tcp")
+        if not (job.dirs["memory"] / "memory.kmem.tcp.limit_in_bytes").exists():
+            pytest.skip("cgroup v2 (or a v1 kernel without TCP accounting): socket buffers are charged to memory")
+        process = subprocess.Popen([sys.executable, "-c", TCP_HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        job.add(process.pid)
+        out, _ = process.communicate("go\n", timeout=60)
+        assert process.returncode == 0 and int(out) < 24 * MiB, out  # unbounded, 24 connections hold far more
+        usage = job.usage()
+        assert usage.tcp_cap_hit and "TCP buffers reached the 8 MiB a job may hold" in usage.message(caps), usage
+    finally:
+        cgroups.close()
+
+
 @real_cgroups
 def test_what_a_job_leaves_charged_counts_against_the_next_job(grading: Opener, started: list[subprocess.Popen], shm_folder: Path) -> None:
     """A tmpfs file written by one job outlives its group; its pages move to the grading's

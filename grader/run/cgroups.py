@@ -23,7 +23,9 @@ exists). Swap is not allowed to stretch the cap.
 cgroup v1 (separate hierarchies under /sys/fs/cgroup/<controller>): the parent is made under
 this process's own group in each of the memory, pids and (when mounted) freezer hierarchies, as
 read from /proc/self/cgroup; a job writes memory.limit_in_bytes, then memory.memsw.limit_in_bytes
-(memory + swap, must be set after and not below it; absent without swap accounting) and pids.max;
+(memory + swap, must be set after and not below it; absent without swap accounting),
+memory.kmem.tcp.limit_in_bytes (v1 keeps TCP buffers apart from memory and charges them to no
+cap unless this is set: 1.3 GiB of unread loopback data went uncounted) and pids.max;
 freezer.state FROZEN/THAWED for the kill (without a freezer the killing loop alone ends a group:
 pids.max bounds how many it can start); memory.oom_control's `oom_kill`, memory.failcnt,
 memory.max_usage_in_bytes and pids.events' `max` for the usage (Linux 6.18 leaves memory.failcnt at 0
@@ -40,7 +42,8 @@ writable, controllers not enabled), the hierarchy's root (exempt from the rule) 
 whose own group is the root uses the root. The parent enables +memory +pids in its
 cgroup.subtree_control; a job writes memory.max, memory.swap.max=0 (when present) and pids.max;
 the kill writes cgroup.kill (or cgroup.freeze 1/0 around the SIGKILLs); usage reads memory.events
-(`oom_kill`, `max`), pids.events (`max`) and memory.peak (when present).
+(`oom_kill`, `max`), pids.events (`max`) and memory.peak (when present). v2 charges socket
+buffers to memory.current: they count against the job's memory cap.
 
 Every read and write goes through `Files`, the one interface to the kernel, so that the v2 logic
 can be tested against a directory of ordinary files on a machine that has only v1.
@@ -72,6 +75,7 @@ NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 OWNED = re.compile(re.escape(PREFIX) + r"(\d+)-.*")
 V1_CONTROLLERS = ("memory", "pids", "freezer")  # the freezer is optional
 V2_CONTROLLERS = ("memory", "pids")
+TCP_LIMIT, TCP_PEAK, TCP_FAILCNT = "memory.kmem.tcp.limit_in_bytes", "memory.kmem.tcp.max_usage_in_bytes", "memory.kmem.tcp.failcnt"  # cgroup v1
 
 
 def _size(count: int) -> str:
@@ -94,6 +98,7 @@ class Caps:
 
     memory_bytes: int  # all processes of a job + the tmpfs/memfd pages they write
     processes: int  # pids.max: threads count
+    tcp_bytes: int = 1 << 30  # cgroup v1: TCP buffers, which v1 keeps apart from memory (v2 charges them to memory)
 
     def describe(self) -> str:
         return f"memory {_size(self.memory_bytes)}, {self.processes} processes"
@@ -107,6 +112,7 @@ class Usage:
     oom_kills: int  # processes the kernel killed for the memory cap
     memory_cap_hit: bool  # the cap refused a charge (v1 memory.failcnt, v2 memory.events max: reclaim, a failed write) or killed
     process_cap_hit: bool  # a fork or thread was refused at the process cap
+    tcp_cap_hit: bool = False  # v1: the TCP buffers' cap refused a charge (memory.kmem.tcp.failcnt)
 
     def message(self, caps: Caps) -> str:
         """What to tell the student about the caps the job ran into ('' when none). A job may
@@ -120,6 +126,8 @@ class Usage:
             said.append(f"your processes reached the cap of {memory}; the kernel refused them more")
         if self.process_cap_hit:
             said.append(f"your program started more than {caps.processes} processes and threads; the kernel refused the rest")
+        if self.tcp_cap_hit:
+            said.append(f"your processes' TCP buffers reached the {_size(caps.tcp_bytes)} a job may hold (unread data on its connections); the kernel held back the rest")
         return "; ".join(said)
 
 
@@ -277,6 +285,11 @@ class V1Job(JobGroup):
         self.files.write(memory / "memory.limit_in_bytes", str(caps.memory_bytes))
         if self.files.exists(memory / "memory.memsw.limit_in_bytes"):
             self.files.write(memory / "memory.memsw.limit_in_bytes", str(caps.memory_bytes))
+        if self.files.exists(memory / TCP_LIMIT):  # v1 charges TCP buffers to no cap unless this is set (1.3 GiB on loopback went uncounted)
+            try:
+                self.files.write(memory / TCP_LIMIT, str(caps.tcp_bytes))
+            except OSError:
+                pass  # a kernel that refuses it: the host's own TCP limits alone then bound them
         self.files.write(self.dirs["pids"] / "pids.max", str(caps.processes))
 
     def usage(self) -> Usage:
@@ -284,7 +297,20 @@ class V1Job(JobGroup):
         oom_kills = _keyed(read(memory / "memory.oom_control")).get("oom_kill", 0)
         refused = int(read(memory / "memory.failcnt"))
         forks_refused = _keyed(read(self.dirs["pids"] / "pids.events")).get("max", 0)
-        return Usage(int(read(memory / "memory.max_usage_in_bytes")), oom_kills, refused > 0 or oom_kills > 0, forks_refused > 0)
+        return Usage(int(read(memory / "memory.max_usage_in_bytes")), oom_kills, refused > 0 or oom_kills > 0, forks_refused > 0, self._tcp_cap_hit())
+
+    def _tcp_cap_hit(self) -> bool:
+        """Whether the TCP buffers reached their cap: a refused charge, or a peak at the cap (Linux
+        6.18 counts no failures, as for memory: measured, 24 connections of unread data stopped
+        at 9.5 MiB against a cap of 8 MiB with memory.kmem.tcp.failcnt at 0)."""
+        memory, read = self.dirs["memory"], self.files.read
+        if not self.files.exists(memory / TCP_LIMIT):
+            return False
+        try:
+            limit, peak, failed = (int(read(memory / name)) for name in (TCP_LIMIT, TCP_PEAK, TCP_FAILCNT))
+        except (OSError, ValueError):
+            return False
+        return failed > 0 or peak >= limit
 
     def _freeze(self, frozen: bool) -> None:
         freezer = self.dirs.get("freezer")
