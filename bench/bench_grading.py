@@ -36,6 +36,9 @@ sections it did not measure are kept) and prints them.
    the results file.
 8. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
    DataParallel step times, NVML readings, and the fidelity suite (virtual vs real devices).
+9. Peak memory (`--memory`, alone, as root): each practical's grading started in a cgroup of
+   its own, whose peak counts the grader, its launchers, every rank and their tmpfs files: what
+   a grading machine (or Gradescope's image) must hold. Spliced into the results file.
 All ratios are measured in this one process run.
 """
 from __future__ import annotations
@@ -495,6 +498,39 @@ def splice_sections(text: str, new: str) -> str:
     return result
 
 
+HELD = "import os, sys; sys.stdin.readline(); os.execv(sys.argv[1], sys.argv[1:])"  # waits to be moved into a cgroup, then becomes the command
+
+
+def peak_memory(practical: str, work: Path) -> int | None:
+    """The peak memory of a whole grading of `practical`'s reference (the grader, its launchers,
+    every rank and the files they wrote to tmpfs), read from a cgroup the grading starts in:
+    the job groups the grader makes are inside it. None where this machine has no cgroups."""
+    from grader.run.cgroups import Caps, open_cgroups
+
+    cgroups = open_cgroups(f"bench-{os.getpid()}", Caps(1 << 40, 1 << 16))
+    if isinstance(cgroups, str):
+        return None
+    try:
+        group = cgroups.job("grading")
+        command = [PYTHON, "-m", "grader", "grade", practical, f"solutions/{practical}", "--results", str(work / f"peak-{practical}.json")]
+        process = subprocess.Popen([PYTHON, "-c", HELD, *command], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        group.add(process.pid)
+        process.communicate("go\n")
+        return group.usage().peak_memory_bytes
+    finally:
+        cgroups.close()
+
+
+def memory_section(work: Path) -> list[str]:
+    """The peak memory of each practical's grading (what a grading machine or Gradescope's
+    image must hold): the Markdown section."""
+    lines = ["## Peak memory of a grading", "", f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --memory` on {machine()}: `grade P solutions/P` (sandboxed, timed), started in a cgroup of its own, whose peak counts the grader, its launchers, every rank and what they wrote to tmpfs.", ""]
+    for practical in PRACTICALS:
+        peak = peak_memory(practical, work)
+        lines.append(f"- {practical}: " + (f"**{peak / (1 << 30):.2f} GiB**" if peak else "not measured (no cgroups here)"))
+    return lines + [""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2, help="repeats of the latency/overhead comparison (the minimum counts)")
@@ -506,10 +542,16 @@ def main() -> None:
     parser.add_argument("--steady", type=int, metavar="N", help="only the steady-verdicts section: every reference solution and correct variant graded N times; spliced into --out")
     parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
     parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run not carried, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
+    parser.add_argument("--memory", action="store_true", help="only the peak-memory section: each practical's grading in a cgroup of its own (root); spliced into --out")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
-    if options.steady or options.spread or options.clocked:
-        section = steady_section(work, options.steady) if options.steady else spread_section(work, options.spread) if options.spread else clocked_section(work, options.clocked)
+    if options.steady or options.spread or options.clocked or options.memory:
+        section = (
+            steady_section(work, options.steady) if options.steady
+            else spread_section(work, options.spread) if options.spread
+            else clocked_section(work, options.clocked) if options.clocked
+            else memory_section(work)
+        )
         old = options.out.read_text(encoding="utf-8") if options.out.exists() else "# Benchmarks\n"
         options.out.write_text(splice(old, section), encoding="utf-8")
         print("\n".join(section))
