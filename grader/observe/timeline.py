@@ -185,11 +185,11 @@ def draw_timeline(processes: list[ObservedProcess], path: Path, heading: str = "
     title = [line for line in (_plain(heading, 160), about, _not_drawn_text(timeline)) if line]
     axes.set_title("\n".join(title), fontsize=10)
     axes.grid(axis="x", alpha=0.3)
-    legend = [LEGEND[k] for k in LEGEND if k in kinds]
+    legend = [kind for kind in LEGEND if kind in kinds]
     if legend:
-        handles = [Patch(color=COLOURS[k], label=LEGEND[k]) for k in LEGEND if k in kinds]
+        handles = [Patch(color=COLOURS[kind], label=LEGEND[kind]) for kind in legend]
         axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9)
-    figure.subplots_adjust(**_margins([_plain(lane.label, LABEL_CHARACTERS) for lane in timeline.lanes], len(title), legend, size))
+    figure.subplots_adjust(**_margins([_plain(lane.label, LABEL_CHARACTERS) for lane in timeline.lanes], len(title), [LEGEND[kind] for kind in legend], size))
     figure.savefig(path, format="png")
 
 

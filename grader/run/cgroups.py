@@ -112,7 +112,7 @@ class Usage:
     oom_kills: int  # processes the kernel killed for the memory cap
     memory_cap_hit: bool  # the cap refused a charge (v1 memory.failcnt, v2 memory.events max: reclaim, a failed write) or killed
     process_cap_hit: bool  # a fork or thread was refused at the process cap
-    tcp_cap_hit: bool = False  # v1: the TCP buffers' cap refused a charge (memory.kmem.tcp.failcnt)
+    tcp_cap_hit: bool = False  # v1: the TCP buffers reached their cap (a refused charge, or their peak at it)
 
     def message(self, caps: Caps) -> str:
         """What to tell the student about the caps the job ran into ('' when none). A job may

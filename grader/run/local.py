@@ -79,7 +79,7 @@ GRADER_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the g
 TOKEN_VARIABLE = "TORCHELASTIC_RUN_ID"  # the run id torchrun gives its workers: here the job's token, by which the grader finds what a job left behind
 RANK_FILES = ("stdout", "stderr", "faults", "observations.jsonl")
 ZYGOTE = "import sys; from grader.probe.zygote import main; sys.exit(main(sys.argv[1:]))"  # not -m: no module frame of the grader's under the ranks' scripts
-POSIX_QUEUES_REMOVED = 'mount -t mqueue none /mnt && find /mnt -mindepth 1 -delete'  # run in a mount namespace of its own
+IPC_REMOVED = "ipcrm --all; mount -t mqueue none /mnt && find /mnt -mindepth 1 -delete"  # SysV objects, then POSIX queues (in a mount namespace of its own)
 DISK_FULL_BYTES = 1 << 20  # a grading folder with less free space than this after a job was filled by it
 
 
@@ -240,9 +240,8 @@ class _Domain:
             empty_folder(self.root / scratch)
         inside = children_of(self.zygote.proc.pid) if self.sandbox is not None and self.zygote is not None and self.zygote.alive() else []
         if inside:  # bwrap's first child is in the sandbox's namespaces
-            enter = ["nsenter", f"--target={inside[0]}", "--ipc", "--"]
-            subprocess.run([*enter, "ipcrm", "--all"], capture_output=True, timeout=30)
-            subprocess.run([*enter, "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", POSIX_QUEUES_REMOVED], capture_output=True, timeout=30)
+            entered = ["nsenter", f"--target={inside[0]}", "--ipc", "--", "unshare", "--mount", "--propagation", "private", "--"]
+            subprocess.run([*entered, "sh", "-c", IPC_REMOVED], capture_output=True, timeout=30)
 
     def close(self) -> None:
         self.stop()

@@ -62,12 +62,15 @@ def take(repo: str, commit: str, prefix: str, folder: Path, limits: TreeLimits =
         if isinstance(listed, str):
             return listed
         _write(repo, listed, folder, processes)
+    except GitReadError:
+        if not late.is_set():
+            raise
     finally:
         watchdog.cancel()
         for process in processes:
             process.kill()
             process.wait()
-    if late.is_set():
+    if late.is_set():  # git killed by the watchdog: what it said then is not the reason
         raise GitReadError(f"reading {commit} out of git took more than {timeout_s:g} s")
     return None
 
