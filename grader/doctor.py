@@ -6,7 +6,10 @@ the real thing, not from reading configuration:
   NVML       the grader's telemetry opens NVML and sees them (nvidia-ml-py)
   CUDA       torch is a CUDA build and sees the GPUs
   NCCL       a NCCL all-reduce between min(2, GPUs) processes, one per GPU, gives the sum
-  sandbox    bubblewrap starts the sandbox, and on a GPU node torch sees and uses a GPU in it
+  sandbox    the isolation tier student code gets here: bubblewrap starts the sandbox (and on a
+             GPU node torch sees and uses a GPU in it); else, as root, the unprivileged-uid
+             tier (a problem for official grading, which refuses it; what Gradescope gets
+             on an image without user namespaces); else none
   cgroups    a per-job control group can be made (memory and processes capped, killed whole)
   fidelity   on real GPUs, the fidelity cases (tests/fidelity/cases.py, where the course
              repository has them) give what CUDA is known to give (tests/test_fidelity.py)
@@ -26,7 +29,7 @@ from typing import Callable
 
 from grader.run import procs
 from grader.run.cgroups import Caps, open_cgroups
-from grader.run.sandbox import IDENTITY, Limits, open_sandbox
+from grader.run.sandbox import IDENTITY, NO_ISOLATION, UID_TIER, Limits, open_sandbox
 from grader.run.telemetry import open_nvml
 
 OK, PROBLEM, NOT_HERE = "ok", "problem", "not here"
@@ -134,12 +137,15 @@ def nccl() -> Finding:
 
 
 def sandbox() -> Finding:
-    opened = open_sandbox(Limits(cpu_s=PROBE_S))
+    opened = open_sandbox(Limits(cpu_s=PROBE_S), fallback=True)
+    fix = "see the README's notes for cluster admins: bubblewrap, util-linux, unprivileged user namespaces, a Python environment others can read"
     if isinstance(opened, str):
-        return Finding("sandbox", PROBLEM, opened, "see the README's notes for cluster admins: bubblewrap, util-linux, unprivileged user namespaces, a Python environment others can read")
+        return Finding("sandbox", PROBLEM, f"tier {NO_ISOLATION}: {opened}", fix)
     try:
+        if opened.tier == UID_TIER:
+            return Finding("sandbox", PROBLEM, f"tier {opened.describe()}; official grading refuses this tier", fix)
         if not opened.devices:
-            return Finding("sandbox", OK, opened.describe())
+            return Finding("sandbox", OK, f"tier {opened.describe()}")
         root = opened.new_root("grader-doctor-")
         try:
             opened.prepare_root(root)
@@ -150,7 +156,7 @@ def sandbox() -> Finding:
         if done.returncode != 0:
             last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
             return Finding("sandbox", PROBLEM, f"{opened.describe()}; with {', '.join(opened.devices)} passed in, torch failed: {last[:300]}", "the device files must be readable and writable by the sandbox's uid (mode 0666, as the driver makes them)")
-        return Finding("sandbox", OK, f"{opened.describe()}; a GPU works inside it ({done.stdout.strip()})")
+        return Finding("sandbox", OK, f"tier {opened.describe()}; a GPU works inside it ({done.stdout.strip()})")
     finally:
         opened.release()
 

@@ -279,3 +279,118 @@ def test_a_python_environment_under_tmp_is_refused_with_the_reason() -> None:
         pytest.skip("bubblewrap is not installed")
     problem = open_sandbox(python="/tmp/a-checkout/.venv/bin/python")
     assert isinstance(problem, str) and "is under /tmp or /dev/shm, which the sandbox replaces by its own" in problem, problem
+
+
+# --- the unprivileged-uid tier: where bubblewrap cannot run -------------------------------------
+
+@pytest.fixture
+def uid_tier(monkeypatch: pytest.MonkeyPatch) -> Sandbox:
+    """The second tier, as open_sandbox gives it where bwrap is missing (the grader as root)."""
+    from grader.run import sandbox as module
+
+    if os.geteuid() != 0:
+        pytest.skip("the unprivileged-uid tier needs the grader to be root")
+    which = shutil.which
+    monkeypatch.setattr(module.shutil, "which", lambda name, *a, **k: None if name == "bwrap" else which(name, *a, **k))
+    opened = open_sandbox(Limits(cpu_s=60), fallback=True)
+    assert not isinstance(opened, str), opened
+    yield opened
+    opened.release()
+
+
+def test_without_bubblewrap_the_uid_tier_limits_and_drops_privileges_without_namespaces() -> None:
+    sandbox = Sandbox(bwrap=None, uid=61234, drop=True, python="/venv/bin/python", read_only=("/venv",), devices=(), limits=Limits(cpu_s=99), no_bubblewrap="not installed")
+    command = sandbox.command(["/venv/bin/python", "-c", "pass"], Path("/var/tmp/grading"))
+    assert command[0] == "prlimit" and "--cpu=99" in command and command[-3:] == ["/venv/bin/python", "-c", "pass"]
+    assert "setpriv --reuid=61234 --regid=61234 --clear-groups --inh-caps=-all --bounding-set=-all --" in " ".join(command)
+    assert not any("bwrap" in part or "unshare" in part for part in command)
+    assert sandbox.describe().startswith("unprivileged uid 61234 (no bubblewrap: not installed)") and not sandbox.private_scratch
+    assert open_sandbox(fallback=False) is not None  # the default never falls back (official grading)
+
+
+def test_the_uid_tier_keeps_the_reference_folder_and_the_submissions_apart(uid_tier: Sandbox, tmp_path: Path) -> None:
+    """No namespace hides the trusted domain's folder: its mode (0700, its own uid) does."""
+    import json
+
+    from grader.run.local import LocalRunner
+
+    root = uid_tier.new_root("grader-test-")
+    try:
+        with LocalRunner(root, sandbox=uid_tier) as runner:
+            assert runner.isolation.startswith("unprivileged uid ")
+            trusted = json.loads(runner.run(_job(tmp_path / "ref", "ref", WHERE_AM_I.replace("OTHERS", "0"), private=True)).ranks[0].stdout_tail)
+            spy = f"import os\ntry:\n    OTHERS = os.listdir({os.path.dirname(os.path.dirname(trusted['cwd']))!r})\nexcept OSError as exc:\n    OTHERS = type(exc).__name__\n"
+            seen = json.loads(runner.run(_job(tmp_path / "own", "own", spy + WHERE_AM_I.replace("OTHERS", "OTHERS"))).ranks[0].stdout_tail)
+        assert trusted["uid"] != seen["uid"] and uid_tier.uid == seen["uid"]
+        assert seen["others"] == "PermissionError"
+        assert seen["cwd"].startswith(str(root) + "/") and os.stat(root).st_mode & 0o777 == 0o700
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+LEAVE_BEHIND = """import os, sys, time
+open("/tmp/left-in-tmp", "w").write("x")
+open("/dev/shm/left-in-shm", "w").write("x")
+os.mkdir("/var/tmp/left-in-var-tmp")
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.shmget(0x5eed, 4096, 0o1600))  # IPC_CREAT | 0600
+if os.fork() == 0:
+    os.setsid()
+    os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)"], {})
+"""
+
+FIND_LEFT = """import os, ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print([p for p in ("/tmp/left-in-tmp", "/dev/shm/left-in-shm", "/var/tmp/left-in-var-tmp") if os.path.exists(p)], libc.shmget(0x5eed, 0, 0))
+"""
+
+
+def test_the_uid_tier_ends_what_a_job_left_on_the_shared_machine(uid_tier: Sandbox, tmp_path: Path) -> None:
+    """A daemon with an empty environment, files in the machine's /tmp, /var/tmp and /dev/shm
+    and a SysV segment: each is found by the uid and gone before the next job starts."""
+    from grader.run.local import LocalRunner, LocalRunnerOptions
+
+    root = uid_tier.new_root("grader-test-")
+    try:
+        with LocalRunner(root, LocalRunnerOptions(cgroups=False), sandbox=uid_tier) as runner:
+            assert "a job's processes are found by its uid" in runner.isolation
+            left = runner.run(_job(tmp_path / "leave", "leave", LEAVE_BEHIND))
+            assert left.ranks[0].status == "exit:0" and int(left.ranks[0].stdout_tail) >= 0 and left.leftovers >= 1
+            assert [pid for pid in procs.pids_of_uids(range(uid_tier.uid, uid_tier.uid + 1)) if "time.sleep(300)" in procs.cmdline(pid)] == []
+            found = runner.run(_job(tmp_path / "find", "find", FIND_LEFT))
+            assert found.ranks[0].stdout_tail.strip() == "[] -1", found.ranks[0].stderr_tail
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_uid_tier_closes_the_course_but_the_python_environment(tmp_path: Path) -> None:
+    from grader.run.sandbox import hide_from_others
+
+    course = tmp_path / "course"
+    for folder in ("solutions/p6", ".venv/lib", "grader", "tools/env/bin"):
+        (course / folder).mkdir(parents=True)
+    for path in (course, *course.rglob("*")):
+        path.chmod(0o755)
+    (course / "solutions" / "p6" / "p6_ddp.py").write_text("reference")
+    (course / "README.md").write_text("readme")
+    (course / "README.md").chmod(0o644)
+    closed = hide_from_others(course, (str(course / ".venv"), str(course / "tools" / "env")))
+    assert sorted(p.relative_to(course).as_posix() for p in closed) == ["README.md", "grader", "solutions"]
+    assert [(course / name).stat().st_mode & 0o777 for name in ("solutions", "README.md", ".venv", "tools", "tools/env")] == [0o700, 0o600, 0o755, 0o755, 0o755]
+    assert hide_from_others(course, (str(course / ".venv"), str(course / "tools" / "env"))) == []  # closed already
+    assert hide_from_others(course / ".venv", (str(course / ".venv"),)) == []  # inside what is kept: untouched
+
+
+def test_a_shared_folder_someone_else_made_first_is_refused(tmp_path: Path) -> None:
+    """In the uid tier the submission shares /tmp and /var/tmp with the grader: a folder of the
+    grader's own there that it made first, or a link in its place, is not used."""
+    from grader.run.sandbox import private_folder
+
+    assert private_folder(tmp_path / "mine", 0o700) == tmp_path / "mine"
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
+    (tmp_path / "open").mkdir(mode=0o777)
+    (tmp_path / "open").chmod(0o777)
+    for name in ("link", "open"):
+        with pytest.raises(OSError, match="is not a folder of the grader's own that only it may write"):
+            private_folder(tmp_path / name, 0o700)

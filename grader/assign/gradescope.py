@@ -15,8 +15,9 @@ there once, as root, when it builds the image; then, for every submission, it ru
 
 The runs that need GPUs run on virtual GPUs as everywhere without CUDA, and the checks that
 need real GPUs are deferred. The sandbox is used where the image allows unprivileged user
-namespaces; where it does not, the grading runs without it and its results say why
-(`extra_data.environment.isolation`).
+namespaces; where it does not, the submission runs as an unprivileged uid with the autograder's
+files closed to it (grader/run/sandbox.py, the uid tier), and the results name the tier and say
+why (`extra_data.environment.isolation`).
 """
 from __future__ import annotations
 

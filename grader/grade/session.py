@@ -17,8 +17,8 @@ from grader.course import Course, Practical
 from grader.grade import calibration
 from grader.grade.pipeline import Execution, GradeOptions, execute, judge, time_limits
 from grader.results.model import GradingReport
-from grader.run.local import DDP_WARM_MODULE, LocalRunner, LocalRunnerOptions
-from grader.run.sandbox import Limits, open_sandbox
+from grader.run.local import DDP_WARM_MODULE, GRADER_ROOT, LocalRunner, LocalRunnerOptions
+from grader.run.sandbox import UID_TIER, Limits, Sandbox, hide_from_others, open_sandbox
 from grader.run.telemetry import open_nvml
 from grader.run.tree import remove_tree
 
@@ -74,13 +74,16 @@ def execute_folder(
     if not folder.is_dir():
         return Executed(Execution(0.0, error=f"the submission folder {folder} does not exist"), options)
     official = official or practical.assignment.sandbox == "required"
-    sandbox = open_sandbox(Limits(cpu_s=time_limits(practical.assignment, options).cpu_s)) if contain else "switched off (--no-sandbox)"
+    sandbox = open_sandbox(Limits(cpu_s=time_limits(practical.assignment, options).cpu_s), fallback=not official) if contain else "switched off (--no-sandbox)"
     warning = None
     if isinstance(sandbox, str):
         if official:
             return Executed(Execution(0.0, error=f"official grading runs student code only in the sandbox, and there is none here: {sandbox}"), options)
         warning = f"no sandbox ({sandbox}); the code runs with your own rights — fine for a self-check, refused by official grading"
         sandbox = None
+    elif sandbox.tier == UID_TIER:
+        closed = shield_course(practical, options, sandbox)
+        warning = f"no bubblewrap ({sandbox.no_bubblewrap}): the code runs as the unprivileged uid {sandbox.uid}, without namespaces; {closed} — refused by official grading"
     work = sandbox.new_root(f"grader-{practical.id}-") if sandbox else Path(tempfile.mkdtemp(prefix=f"grader-{practical.id}-"))
     try:
         runner = LocalRunner(work, runner_options(practical, keep_work, contain), sandbox=sandbox, gpus=open_nvml())
@@ -91,6 +94,16 @@ def execute_folder(
         if not keep_work:
             remove_tree(work)
     return Executed(execution, options, warning, work if keep_work else None)
+
+
+def shield_course(practical: Practical, options: GradeOptions, sandbox: Sandbox) -> str:
+    """The unprivileged-uid tier's protection of what the submission must not read: the
+    course's folder (solutions, answer keys, the grader, its history), the solutions named in
+    `options` and the grader's own folder are closed to other users, the Python environment
+    left open. Says what was done, for the person watching."""
+    roots = {GRADER_ROOT, *(path.resolve() for path in (practical.course.root if practical.course else None, options.solutions) if path is not None)}
+    closed = [entry for root in sorted(roots) for entry in hide_from_others(root, sandbox.read_only)]
+    return f"{len(closed)} of the course's files and folders were closed to other users" if closed else "the course's files were closed to other users already"
 
 
 def grade_folder(

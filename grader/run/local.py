@@ -22,7 +22,10 @@ environment). The cgroup also caps the job's memory (processes and the tmpfs pag
 together) and its processes, and says afterwards whether a cap was hit. Without cgroups a
 sandboxed domain's launcher is restarted after every job (its pid namespace goes with it), and
 processes carrying the job's token in their environment are killed. Then the job's folder and
-the domain's /tmp and /dev/shm are emptied, so the next job starts clean.
+the domain's /tmp and /dev/shm are emptied, so the next job starts clean. In the sandbox's
+unprivileged-uid tier (no bubblewrap: no namespaces) a domain's uid is its own, so every
+process of it but the launcher is killed after each job, and its files in the machine's shared
+/tmp, /var/tmp and /dev/shm and its SysV IPC objects are removed (Sandbox.clear_uid).
 
 Pids reported from inside the sandbox's pid namespace are mapped to host pids. With a GPU
 source (grader/run/telemetry.py), GPU memory and utilisation are sampled from the grader's
@@ -69,7 +72,7 @@ from grader.run.cgroups import Caps, Cgroups, JobGroup, Usage, open_cgroups
 from grader.run.job import JobResult, JobSpec, RankResult
 from grader.run.records import read_records
 from grader.run.safeio import read_text_tail
-from grader.run.sandbox import IDENTITY, SCRATCH, Limits, Sandbox, size_text
+from grader.run.sandbox import IDENTITY, NO_ISOLATION, SCRATCH, UID_TIER, Limits, Sandbox, size_text
 from grader.run.stacks import student_frames
 from grader.run.telemetry import GpuSource, Sampler
 from grader.run.torchrun_env import rank_environment
@@ -238,6 +241,9 @@ class _Domain:
             remove_tree(job_dir)
         for scratch in SCRATCH:
             empty_folder(self.root / scratch)
+        if self.sandbox is not None and not self.sandbox.private_scratch:
+            self.sandbox.clear_uid(keep=self.zygote.proc.pid if self.zygote is not None else None)
+            return
         inside = children_of(self.zygote.proc.pid) if self.sandbox is not None and self.zygote is not None and self.zygote.alive() else []
         if inside:  # bwrap's first child is in the sandbox's namespaces
             entered = ["nsenter", f"--target={inside[0]}", "--ipc", "--", "unshare", "--mount", "--propagation", "private", "--"]
@@ -266,12 +272,14 @@ class LocalRunner:
         opened = open_cgroups(uuid.uuid4().hex[:8], self.caps) if self.options.cgroups else "switched off"
         self.cgroups: Cgroups | None = None if isinstance(opened, str) else opened
         self._own = _Domain("submission", root, self.options, sandbox, owns_sandbox=False)
-        self.isolation = (sandbox.describe() if sandbox else "none: the submission ran with the grader's rights") + "; " + self._containment(opened)
+        self.isolation = (sandbox.describe() if sandbox else f"{NO_ISOLATION}: the submission ran with the grader's rights") + "; " + self._containment(opened)
         self._trusted: _Domain | str | None = None
 
     def _containment(self, opened: Cgroups | str) -> str:
         if not isinstance(opened, str):
             return f"each job in a cgroup of its own ({opened.describe()}), killed whole at its end"
+        if self.sandbox and self.sandbox.tier == UID_TIER:
+            return f"no cgroups ({opened}): a job's processes are found by its uid; memory capped per process only"
         if self.sandbox:
             return f"no cgroups ({opened}): each job in a pid namespace of its own (the launcher is restarted after every job); memory capped per process only"
         return f"no cgroups ({opened}): a job's processes are found by their environment"
@@ -349,7 +357,7 @@ class LocalRunner:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
             "HOME": str(work),
-            "TMPDIR": "/tmp" if self.sandbox else str(job_dir.parent / "tmp"),
+            "TMPDIR": "/tmp" if self.sandbox and self.sandbox.private_scratch else str(job_dir.parent / "tmp"),
             "PYTHONDONTWRITEBYTECODE": "1",
             **(IDENTITY if self.sandbox else {}),
             **self.options.extra_env,
@@ -406,8 +414,8 @@ class LocalRunner:
                 except OSError:
                     pass  # a process that would not die (stuck in the kernel): the group goes with close(), the uid waits for it
             domain.clear(job_dir)
-            if group is None and domain.sandbox is not None:
-                domain.stop()  # without a cgroup, only the end of the pid namespace is sure to end every process
+            if group is None and domain.sandbox is not None and domain.sandbox.private_scratch:
+                domain.stop()  # without a cgroup, only the end of the pid namespace is sure to end every process (the uid tier's clear_uid ends them by uid)
 
     def _run_in(self, domain: _Domain, job: JobSpec, job_dir: Path, notes: tuple[str, ...], group: JobGroup | None) -> JobResult:
         zygote = domain.zygote
@@ -478,6 +486,8 @@ class LocalRunner:
             leader_gone, orphans = self._await_leader(zygote, job.name)
             leftovers += orphans
         stray += procs.kill_by_env(TOKEN_VARIABLE, token, self.options.kill_wait_s)
+        if domain.sandbox is not None:  # the uid tier: the rest of the uid's processes (bubblewrap's: nothing)
+            stray += domain.sandbox.clear_uid(keep=zygote.proc.pid, wait_s=self.options.kill_wait_s)
         telemetry = sampler.stop() if sampler is not None else None
         launcher_lost = not leader_gone and not zygote.alive()
         if launcher_lost:

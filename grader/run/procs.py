@@ -115,7 +115,7 @@ def host_pids(ancestor: int, inner: set[int]) -> dict[int, int]:
     return found
 
 
-def _kill_until_gone(find: Callable[[], list[int]], wait_s: float) -> int:
+def kill_until_gone(find: Callable[[], list[int]], wait_s: float) -> int:
     """SIGKILL whatever `find` returns, again and again until it finds nothing (a dying process
     can start or hand over another), for at most `wait_s` seconds. Returns how many distinct
     processes were killed."""
@@ -134,7 +134,7 @@ def _kill_until_gone(find: Callable[[], list[int]], wait_s: float) -> int:
 def kill_by_env(name: str, value: str, wait_s: float) -> int:
     """SIGKILL every process whose environment holds `name=value` until none is alive, for at
     most `wait_s` seconds. Returns how many distinct processes were killed."""
-    return _kill_until_gone(lambda: pids_with_env(name, value), wait_s)
+    return kill_until_gone(lambda: pids_with_env(name, value), wait_s)
 
 
 def kill_by_uid(uid: int, wait_s: float) -> int:
@@ -142,7 +142,7 @@ def kill_by_uid(uid: int, wait_s: float) -> int:
     seconds. A process already dying counts as alive until it has exited: a pid namespace's
     init, for one, waits for its last children before it goes. Returns how many distinct
     processes were signalled."""
-    return _kill_until_gone(lambda: pids_of_uids(range(uid, uid + 1)), wait_s)
+    return kill_until_gone(lambda: pids_of_uids(range(uid, uid + 1)), wait_s)
 
 
 def free_port() -> int:

@@ -28,11 +28,26 @@ namespace, another grading folder.
 Inherited descriptors: the launcher gets only stdin, stdout and stderr. On GPU nodes the
 NVIDIA device files are passed through.
 
-`open_sandbox` says why when this is not possible (no bubblewrap, no user namespaces, a
+Where bubblewrap cannot run (Gradescope's image and Docker without user namespaces, CI
+runners) but the grader is root, `open_sandbox(fallback=True)` gives the second tier, the
+*unprivileged uid*: the same prlimit and setpriv, without bwrap. The submission then shares the
+machine's file system, network, /tmp and process list, so what it must not see is closed to it
+instead: its grading folder and the trusted domain's are mode 0700 of their own uids (the
+reference's copy and its outputs lie in the trusted one), the course's files (solutions, answer
+keys, the grader) are made unreadable by other users (`hide_from_others`; the Python
+environment stays readable), and it cannot signal, trace or read the memory of processes of
+other uids. What a job leaves behind is found by its uid, which the grading holds alone: after
+every job every process of the uid but the launcher is killed, and its files in the shared
+scratch folders (SHARED_SCRATCH) and its SysV IPC objects are removed (`clear_uid`). No
+seccomp filter (bwrap loads it) and no network isolation: the README's isolation tiers say
+what each tier protects against.
+
+`open_sandbox` says why when neither is possible (no bubblewrap, no user namespaces, not root, a
 Python environment other users cannot read); callers decide whether to refuse or to warn.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import glob
 import os
@@ -61,6 +76,9 @@ LOCK_DIR = Path(tempfile.gettempdir()) / "pdl-grader-uids"
 # grading folder inside /tmp would be hidden under it.
 GRADINGS = Path("/var/tmp") / f"pdl-grader-{os.geteuid()}"
 PROBE_SOURCE = Path(__file__).resolve().parents[1]  # the grader package
+SHARED_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock")  # writable by every user: cleared of a uid's files in the uid tier
+SYSV_TABLES = {"shm": "-m", "sem": "-s", "msg": "-q"}  # /proc/sysvipc/NAME -> ipcrm's option for its ids
+BUBBLEWRAP, UID_TIER, NO_ISOLATION = "bubblewrap", "unprivileged uid", "none"  # the isolation tiers, as results and the doctor name them
 
 
 @dataclass(frozen=True)
@@ -84,9 +102,10 @@ def size_text(mib: int) -> str:
 
 @dataclass
 class Sandbox:
-    """A leased uid and how to start commands under bubblewrap with it."""
+    """A leased uid and how to start commands with it: under bubblewrap, or (`bwrap` None: the
+    unprivileged-uid tier) with limits and the uid alone."""
 
-    bwrap: str
+    bwrap: str | None
     uid: int
     drop: bool  # setpriv to `uid` (the grader is root)
     python: str
@@ -96,10 +115,27 @@ class Sandbox:
     _lease: IO | None = None
     _mounts: list[Path] = field(default_factory=list)
     disk_cap: str = "each file only (the grading folder is not a capped tmpfs)"
+    no_bubblewrap: str = ""  # the uid tier: why bubblewrap could not be used
+
+    @property
+    def tier(self) -> str:
+        """BUBBLEWRAP or UID_TIER."""
+        return BUBBLEWRAP if self.bwrap else UID_TIER
 
     def describe(self) -> str:
+        """The tier first, then what it gives (for results' `environment.isolation` and the doctor)."""
+        if self.bwrap is None:
+            return (
+                f"{UID_TIER} {self.uid} (no bubblewrap: {self.no_bubblewrap}): resource limits, a session of its own, its folders and the course's files closed to it; "
+                f"no namespaces: it shares the network, /tmp and the process list; files written: {self.disk_cap}"
+            )
         who = f"uid {self.uid}" if self.drop else f"the grader's own uid {self.uid}"
-        return f"bubblewrap sandbox as {who}, loopback only, read-only system, {seccomp.describe()}; files written: {self.disk_cap}"
+        return f"{BUBBLEWRAP} sandbox as {who}, loopback only, read-only system, {seccomp.describe()}; files written: {self.disk_cap}"
+
+    @property
+    def private_scratch(self) -> bool:
+        """Whether /tmp and /dev/shm inside are the grading folder's own (bubblewrap)."""
+        return self.bwrap is not None
 
     @property
     def owner(self) -> int | None:
@@ -108,8 +144,7 @@ class Sandbox:
 
     def new_root(self, prefix: str) -> Path:
         """A new, empty grading folder for this sandbox (see GRADINGS)."""
-        GRADINGS.mkdir(mode=0o711, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=GRADINGS))
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=private_folder(GRADINGS, 0o711)))
 
     @property
     def mounts(self) -> tuple[Path, ...]:
@@ -139,6 +174,9 @@ class Sandbox:
         for name in SCRATCH:
             (root / name).mkdir()
             (root / name).chmod(0o1777)
+        if self.bwrap is None and self.drop:  # no mount namespace hides it: its own uid's alone
+            os.chown(root, self.uid, self.uid)
+            root.chmod(0o700)
         return lib
 
     def _mount_tmpfs(self, root: Path) -> None:
@@ -157,12 +195,14 @@ class Sandbox:
         lease = _lease_uid() if self.drop else (self.uid, None)
         if lease is None:
             return f"every sandbox uid of {UID_POOL.start}-{UID_POOL.stop - 1} is in use"
-        return Sandbox(bwrap=self.bwrap, uid=lease[0], drop=self.drop, python=self.python, read_only=self.read_only, devices=self.devices, limits=self.limits, _lease=lease[1])
+        return Sandbox(
+            bwrap=self.bwrap, uid=lease[0], drop=self.drop, python=self.python, read_only=self.read_only, devices=self.devices, limits=self.limits, _lease=lease[1], no_bubblewrap=self.no_bubblewrap
+        )
 
     def spawn(self, argv: list[str], root: Path, **popen: Any) -> subprocess.Popen:
         """Start `argv` in the sandbox (see `command`), its seccomp filter handed to bwrap through
         a descriptor of its own."""
-        rules = seccomp.program()
+        rules = seccomp.program() if self.bwrap else None
         if rules is None:
             return subprocess.Popen(self.command(argv, root), **popen)
         handle = os.memfd_create("pdl-grader-seccomp", 0)
@@ -195,6 +235,8 @@ class Sandbox:
         ]
         if self.drop:
             wrapped += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
+        if self.bwrap is None:  # the uid tier: the caller's Popen gives the session (start_new_session)
+            return [*wrapped, *argv]
         # --as-pid-1: the command (the launcher, which makes itself not dumpable before any rank
         # exists) is the pid namespace's init; bwrap's own init would be dumpable, of the ranks'
         # uid, and outside every job's cgroup: a process a rank could take over
@@ -223,6 +265,8 @@ class Sandbox:
         if self._lease is not None:
             if self.drop:
                 procs.kill_by_uid(self.uid, RELEASE_WAIT_S)
+                if self.bwrap is None:
+                    self.clear_uid()
             self._lease.close()
             self._lease = None
         for root in list(self._mounts):
@@ -233,6 +277,19 @@ class Sandbox:
         if root in self._mounts:
             self._mounts.remove(root)
             _unmount(root)
+
+    def clear_uid(self, keep: int | None = None, wait_s: float = RELEASE_WAIT_S) -> int:
+        """The uid tier's end of a job: kill every process of the uid but `keep` (the
+        launcher), then remove the uid's files in the shared scratch folders and its SysV IPC
+        objects. The uid is this grading's alone, so all of them are the job's. Returns how
+        many processes were killed. (Bubblewrap's namespaces make this the launcher's and the
+        grader's business: nothing to do there.)"""
+        if self.bwrap is not None or not self.drop:
+            return 0
+        killed = procs.kill_until_gone(lambda: [pid for pid in procs.pids_of_uids(range(self.uid, self.uid + 1)) if pid != keep], wait_s)
+        remove_files_of(self.uid, SHARED_SCRATCH)
+        remove_sysv_of(self.uid)
+        return killed
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -259,6 +316,81 @@ def _sweep_stale_mounts(mounts: Path = Path("/proc/self/mounts")) -> None:
             _unmount(target.replace("\\040", " "))
 
 
+def private_folder(path: Path, mode: int) -> Path:
+    """`path`, made with `mode` if absent; refused (OSError) unless it is a folder of the
+    grader's own uid that no other user may write: in a shared /tmp or /var/tmp a submission of
+    the uid tier could have made it first, or left a link there."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    found = os.lstat(path)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o022:
+        raise OSError(errno.EPERM, f"{path} is not a folder of the grader's own that only it may write (made by someone else?): remove it", str(path))
+    return path
+
+
+def remove_files_of(uid: int, folders: tuple[str, ...]) -> None:
+    """Remove each entry of `folders` that `uid` owns, whole, never following a link (its
+    processes must all be gone: none may swap an entry meanwhile)."""
+    from grader.run.tree import remove_tree  # tree imports this module's neighbours; kept local
+
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        owned = []
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid == uid:
+                    owned.append(Path(entry.path))
+            except OSError:
+                continue
+        remove_tree(*owned)
+
+
+def remove_sysv_of(uid: int, tables: Path = Path("/proc/sysvipc")) -> None:
+    """Remove the SysV shared memory, semaphores and message queues that `uid` owns (the
+    table's `uid` column)."""
+    for name, option in SYSV_TABLES.items():
+        try:
+            header, *rows = (tables / name).read_text().splitlines()
+        except (OSError, ValueError):
+            continue
+        columns = header.split()
+        if "uid" not in columns:
+            continue
+        ids = [row.split()[1] for row in rows if len(row.split()) == len(columns) and row.split()[columns.index("uid")] == str(uid)]
+        for start in range(0, len(ids), 256):
+            subprocess.run(["ipcrm", *(part for i in ids[start:start + 256] for part in (option, i))], capture_output=True, timeout=30)
+
+
+def hide_from_others(root: Path, keep: tuple[str, ...]) -> list[Path]:
+    """The uid tier's shield for the course's files: take every permission of group and others
+    from each entry of `root` (the solutions, answer keys, the grader, .git), but for the
+    entries that hold one of `keep` (the Python environment the submission runs with), which
+    are walked into instead. Nothing of `root` inside a kept path is touched. Returns what was
+    closed. Links are left alone (the course's own folder: nothing of a student's is there)."""
+    kept = [Path(path).resolve() for path in keep]
+    root = root.resolve()
+    if any(root.is_relative_to(path) for path in kept):
+        return []
+    closed = []
+    for entry in sorted(root.iterdir()):
+        if entry.is_symlink():
+            continue
+        inner = [path for path in kept if path.is_relative_to(entry)]
+        if inner and entry.is_dir():
+            closed += hide_from_others(entry, tuple(map(str, inner)))
+        elif not inner:
+            mode = stat.S_IMODE(entry.lstat().st_mode)
+            if mode & 0o077:
+                entry.chmod(mode & ~0o077)
+                closed.append(entry)
+    return closed
+
+
 def _readable_by_others(path: str) -> bool:
     """Whether another, unprivileged user can reach `path` (every directory on the way
     searchable by others, the path itself readable)."""
@@ -274,9 +406,9 @@ def _readable_by_others(path: str) -> bool:
 
 
 def _lease_uid() -> tuple[int, IO] | None:
-    LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+    private_folder(LOCK_DIR, 0o700)
     for uid in UID_POOL:
-        handle = open(LOCK_DIR / str(uid), "w")  # noqa: SIM115 - held for the lease
+        handle = os.fdopen(os.open(LOCK_DIR / str(uid), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600), "w")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -311,16 +443,19 @@ class SandboxMissing(str):
     pool in use): grading here cannot succeed until staff fix the machine."""
 
 
-def open_sandbox(limits: Limits | None = None, python: str = sys.executable) -> Sandbox | str:
-    """A ready sandbox (with a leased uid), or the reason there cannot be one here."""
+def open_sandbox(limits: Limits | None = None, python: str = sys.executable, fallback: bool = False) -> Sandbox | str:
+    """A ready sandbox (with a leased uid), or the reason there cannot be one here. With
+    `fallback`, where bubblewrap cannot run but the grader is root, the unprivileged-uid tier
+    (see the module's docstring)."""
     if not sys.platform.startswith("linux"):
         return SandboxMissing(f"bubblewrap needs Linux (this is {sys.platform})")
     bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return SandboxMissing("bubblewrap (bwrap) is not installed; on Debian/Ubuntu: apt-get install bubblewrap")
+    missing = "bubblewrap (bwrap) is not installed; on Debian/Ubuntu: apt-get install bubblewrap" if bwrap is None else None
+    if missing and not fallback:
+        return SandboxMissing(missing)
     for tool in ("prlimit", "setpriv"):
         if shutil.which(tool) is None:
-            return SandboxMissing(f"{tool} (util-linux) is not installed")
+            return SandboxMissing(missing or f"{tool} (util-linux) is not installed")  # both tiers need it
     prefixes = sorted({sys.prefix, sys.base_prefix, str(Path(python).resolve().parent.parent)} - {"/usr"})
     hidden = [p for p in prefixes if any(Path(p).resolve().is_relative_to(place) for place in SCRATCH_MOUNTS)]
     if hidden:
@@ -330,15 +465,31 @@ def open_sandbox(limits: Limits | None = None, python: str = sys.executable) -> 
         unreadable = [p for p in prefixes if not _readable_by_others(p)]
         if unreadable:
             return SandboxMissing(f"the Python environment ({', '.join(unreadable)}) cannot be read by the sandbox's unprivileged user; install it in a world-readable place (scripts/setup.sh uses the system Python)")
-    if drop:
         _sweep_stale_mounts()
-    lease = _lease_uid() if drop else (os.getuid(), None)
+    devices = tuple(sorted(glob.glob("/dev/nvidia*")))
+    read_only = tuple(p for p in prefixes if not p.startswith("/usr/"))
+    if bwrap is not None:
+        opened = _started(Sandbox(bwrap=bwrap, uid=0, drop=drop, python=python, read_only=read_only, devices=devices, limits=limits or Limits()))
+        if not isinstance(opened, SandboxMissing):
+            return opened
+        missing = f"bubblewrap cannot start a sandbox here (are unprivileged user namespaces allowed?): {opened}"
+    if not (fallback and drop):
+        return SandboxMissing(missing if drop or not fallback else f"{missing}; and the grader is not root, so it cannot run the submission as another user")
+    opened = _started(Sandbox(bwrap=None, uid=0, drop=True, python=python, read_only=read_only, devices=devices, limits=limits or Limits(), no_bubblewrap=missing))
+    return SandboxMissing(f"{missing}; and Python does not start as an unprivileged uid either: {opened}") if isinstance(opened, SandboxMissing) else opened
+
+
+def _started(sandbox: Sandbox) -> Sandbox | str:
+    """`sandbox` with a uid leased (the grader's own where it is not root) once Python starts
+    in it; or why not (SandboxMissing, with what Python said, when it cannot start at all)."""
+    lease = _lease_uid() if sandbox.drop else (os.getuid(), None)
     if lease is None:
         return f"every sandbox uid of {UID_POOL.start}-{UID_POOL.stop - 1} is in use"
-    devices = tuple(sorted(glob.glob("/dev/nvidia*")))
-    sandbox = Sandbox(bwrap=bwrap, uid=lease[0], drop=drop, python=python, read_only=tuple(p for p in prefixes if not p.startswith("/usr/")), devices=devices, limits=limits or Limits(), _lease=lease[1])
+    sandbox.uid, sandbox._lease = lease
+    if sandbox.bwrap is None:
+        sandbox.clear_uid()  # what a grader killed before its release left under this uid
     problem = _works(sandbox)
     if problem:
         sandbox.release()
-        return SandboxMissing(f"bubblewrap cannot start a sandbox here (are unprivileged user namespaces allowed?): {problem}")
+        return SandboxMissing(problem)
     return sandbox
