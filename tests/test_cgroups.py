@@ -307,12 +307,13 @@ def test_memory_past_the_cap_is_stopped_and_reported(grading: Opener, started: l
     assert_gone(job)
 
 
-TCP_HOG = """
+SOCKET_HOGS = {  # data sent and never read: each connection or socket holds its buffers
+    "tcp": """
 import socket, sys
 sys.stdin.readline()
 server = socket.create_server(("127.0.0.1", 0))
 held, sent = [], 0
-for _ in range(24):  # connections whose data nobody reads: each holds its send and receive buffers
+for _ in range(24):
     client = socket.create_connection(server.getsockname())
     held += [client, server.accept()[0]]
     client.setblocking(False)
@@ -322,26 +323,50 @@ for _ in range(24):  # connections whose data nobody reads: each holds its send 
     except BlockingIOError:
         pass
 print(sent, flush=True)
-"""
+""",
+    "udp": """
+import socket, sys
+sys.stdin.readline()
+held = []
+for _ in range(200):
+    receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    receiver.bind(("127.0.0.1", 0))
+    receiver.setblocking(False)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    held += [receiver, sender]
+    for _ in range(8):  # what the receive buffer cannot hold is dropped
+        sender.sendto(b"x" * 60000, receiver.getsockname())
+queued = 0
+for receiver in held[::2]:
+    try:
+        while True:
+            queued += len(receiver.recv(65536))
+    except BlockingIOError:
+        pass
+print(queued, flush=True)
+""",
+}
 
 
 @real_cgroups
-def test_tcp_buffers_are_bounded_per_job() -> None:
-    """cgroup v1 keeps TCP buffers apart from memory: 1.3 GiB of unread loopback data once went
-    uncounted. A job's TCP buffers stop at its cap (v2 charges them to memory: nothing to set)."""
+@pytest.mark.parametrize("kind", ["tcp", "udp"])
+def test_socket_buffers_are_bounded_per_job(kind: str) -> None:
+    """cgroup v1 keeps TCP and UDP buffers apart from memory: 1.3 GiB of unread loopback data
+    once went uncounted. A job's socket buffers stop at their cap (v2 charges them to memory:
+    nothing to set)."""
     caps = Caps(256 * MiB, 64, tcp_bytes=8 * MiB)
     cgroups = open_cgroups(f"test-{uuid.uuid4().hex[:8]}", caps)
     assert not isinstance(cgroups, str), cgroups
     try:
-        job = cgroups.job("tcp")
+        job = cgroups.job(kind)
         if not (job.dirs["memory"] / "memory.kmem.tcp.limit_in_bytes").exists():
             pytest.skip("cgroup v2 (or a v1 kernel without TCP accounting): socket buffers are charged to memory")
-        process = subprocess.Popen([sys.executable, "-c", TCP_HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        process = subprocess.Popen([sys.executable, "-c", SOCKET_HOGS[kind]], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         job.add(process.pid)
         out, _ = process.communicate("go\n", timeout=60)
-        assert process.returncode == 0 and int(out) < 24 * MiB, out  # unbounded, 24 connections hold far more
+        assert process.returncode == 0 and int(out) < 24 * MiB, out  # unbounded, they hold far more
         usage = job.usage()
-        assert usage.tcp_cap_hit and "TCP buffers reached the 8 MiB a job may hold" in usage.message(caps), usage
+        assert usage.tcp_cap_hit and "socket buffers (TCP and UDP) reached the 8 MiB a job may hold" in usage.message(caps), usage
     finally:
         cgroups.close()
 

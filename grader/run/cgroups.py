@@ -25,7 +25,8 @@ this process's own group in each of the memory, pids and (when mounted) freezer 
 read from /proc/self/cgroup; a job writes memory.limit_in_bytes, then memory.memsw.limit_in_bytes
 (memory + swap, must be set after and not below it; absent without swap accounting),
 memory.kmem.tcp.limit_in_bytes (v1 keeps TCP buffers apart from memory and charges them to no
-cap unless this is set: 1.3 GiB of unread loopback data went uncounted) and pids.max;
+cap unless this is set: 1.3 GiB of unread loopback data went uncounted; once set, UDP buffers
+are charged there too, and unix sockets' buffers go to memory with the rest) and pids.max;
 freezer.state FROZEN/THAWED for the kill (without a freezer the killing loop alone ends a group:
 pids.max bounds how many it can start); memory.oom_control's `oom_kill`, memory.failcnt,
 memory.max_usage_in_bytes and pids.events' `max` for the usage (Linux 6.18 leaves memory.failcnt at 0
@@ -76,6 +77,7 @@ OWNED = re.compile(re.escape(PREFIX) + r"(\d+)-.*")
 V1_CONTROLLERS = ("memory", "pids", "freezer")  # the freezer is optional
 V2_CONTROLLERS = ("memory", "pids")
 TCP_LIMIT, TCP_PEAK, TCP_FAILCNT = "memory.kmem.tcp.limit_in_bytes", "memory.kmem.tcp.max_usage_in_bytes", "memory.kmem.tcp.failcnt"  # cgroup v1
+TCP_NEAR = 1 << 20  # a socket-buffer peak this close to the cap reached it (a datagram that would pass it was dropped)
 
 
 def _size(count: int) -> str:
@@ -98,7 +100,7 @@ class Caps:
 
     memory_bytes: int  # all processes of a job + the tmpfs/memfd pages they write
     processes: int  # pids.max: threads count
-    tcp_bytes: int = 1 << 30  # cgroup v1: TCP buffers, which v1 keeps apart from memory (v2 charges them to memory)
+    tcp_bytes: int = 1 << 30  # cgroup v1: TCP and UDP buffers, which v1 keeps apart from memory (v2 charges them to memory)
 
     def describe(self) -> str:
         return f"memory {_size(self.memory_bytes)}, {self.processes} processes"
@@ -112,7 +114,7 @@ class Usage:
     oom_kills: int  # processes the kernel killed for the memory cap
     memory_cap_hit: bool  # the cap refused a charge (v1 memory.failcnt, v2 memory.events max: reclaim, a failed write) or killed
     process_cap_hit: bool  # a fork or thread was refused at the process cap
-    tcp_cap_hit: bool = False  # v1: the TCP buffers reached their cap (a refused charge, or their peak at it)
+    tcp_cap_hit: bool = False  # v1: the TCP and UDP buffers reached their cap (a refused charge, or their peak at it)
 
     def message(self, caps: Caps) -> str:
         """What to tell the student about the caps the job ran into ('' when none). A job may
@@ -127,7 +129,7 @@ class Usage:
         if self.process_cap_hit:
             said.append(f"your program started more than {caps.processes} processes and threads; the kernel refused the rest")
         if self.tcp_cap_hit:
-            said.append(f"your processes' TCP buffers reached the {_size(caps.tcp_bytes)} a job may hold (unread data on its connections); the kernel held back the rest")
+            said.append(f"your processes' socket buffers (TCP and UDP) reached the {_size(caps.tcp_bytes)} a job may hold (data sent and not yet read); the kernel held back the rest")
         return "; ".join(said)
 
 
@@ -300,9 +302,10 @@ class V1Job(JobGroup):
         return Usage(int(read(memory / "memory.max_usage_in_bytes")), oom_kills, refused > 0 or oom_kills > 0, forks_refused > 0, self._tcp_cap_hit())
 
     def _tcp_cap_hit(self) -> bool:
-        """Whether the TCP buffers reached their cap: a refused charge, or a peak at the cap (Linux
-        6.18 counts no failures, as for memory: measured, 24 connections of unread data stopped
-        at 9.5 MiB against a cap of 8 MiB with memory.kmem.tcp.failcnt at 0)."""
+        """Whether the TCP and UDP buffers reached their cap: a refused charge, or a peak within
+        TCP_NEAR of it (Linux 6.18 counts no failures, as for memory: measured, 24 connections of
+        unread data stopped at 9.5 MiB against a cap of 8 MiB with memory.kmem.tcp.failcnt at 0;
+        UDP drops a datagram that would pass the cap, so its peak stays just below)."""
         memory, read = self.dirs["memory"], self.files.read
         if not self.files.exists(memory / TCP_LIMIT):
             return False
@@ -310,7 +313,7 @@ class V1Job(JobGroup):
             limit, peak, failed = (int(read(memory / name)) for name in (TCP_LIMIT, TCP_PEAK, TCP_FAILCNT))
         except (OSError, ValueError):
             return False
-        return failed > 0 or peak >= limit
+        return failed > 0 or peak >= limit - TCP_NEAR
 
     def _freeze(self, frozen: bool) -> None:
         freezer = self.dirs.get("freezer")
