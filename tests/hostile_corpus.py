@@ -527,9 +527,9 @@ if int(os.environ["RANK"]) == 0:
     if queue < 0 or rt.mq_send(queue, b"from an earlier job", 19, 0) != 0:
         raise RuntimeError(f"mq_open or mq_send failed: errno {{ctypes.get_errno()}}")
     libc.shmat.restype = ctypes.c_void_p
-    segment = libc.shmget(0, ctypes.c_size_t(1 << 30), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    segment = libc.shmget(0, ctypes.c_size_t(64 << 20), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
     address = libc.shmat(segment, None, 0)
-    ctypes.memset(ctypes.c_void_p(address), 1, 1 << 30)  # 1 GiB touched, then detached: the segment stays
+    ctypes.memset(ctypes.c_void_p(address), 1, 64 << 20)  # 64 MiB touched, then detached: the segment stays
     libc.shmdt(ctypes.c_void_p(address))
 """
 

@@ -319,36 +319,41 @@ def test_the_uid_tier_keeps_the_reference_folder_and_the_submissions_apart(uid_t
         with LocalRunner(root, sandbox=uid_tier) as runner:
             assert runner.isolation.startswith("unprivileged uid ")
             trusted = json.loads(runner.run(_job(tmp_path / "ref", "ref", WHERE_AM_I.replace("OTHERS", "0"), private=True)).ranks[0].stdout_tail)
-            spy = f"import os\ntry:\n    OTHERS = os.listdir({os.path.dirname(os.path.dirname(trusted['cwd']))!r})\nexcept OSError as exc:\n    OTHERS = type(exc).__name__\n"
-            seen = json.loads(runner.run(_job(tmp_path / "own", "own", spy + WHERE_AM_I.replace("OTHERS", "OTHERS"))).ranks[0].stdout_tail)
+            spy = f"import os\nOTHERS = []\nfor act in (lambda: os.listdir({os.path.dirname(os.path.dirname(trusted['cwd']))!r}), lambda: os.rename({str(root / 'lib')!r}, {str(root / 'mine')!r})):\n    try:\n        act()\n    except OSError as exc:\n        OTHERS.append(type(exc).__name__)\n"
+            seen = json.loads(runner.run(_job(tmp_path / "own", "own", spy + WHERE_AM_I)).ranks[0].stdout_tail)
         assert trusted["uid"] != seen["uid"] and uid_tier.uid == seen["uid"]
-        assert seen["others"] == "PermissionError"
-        assert seen["cwd"].startswith(str(root) + "/") and os.stat(root).st_mode & 0o777 == 0o700
+        assert seen["others"] == ["PermissionError", "PermissionError"]  # the reference's folder; the grader's entries of its own folder
+        info = os.stat(root)
+        assert seen["cwd"].startswith(str(root) + "/") and (info.st_uid, info.st_gid, info.st_mode & 0o777) == (0, uid_tier.uid, 0o750)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-LEAVE_BEHIND = """import os, sys, time
+LEAVE_BEHIND = """import ctypes.util, os, sys, time
 open("/tmp/left-in-tmp", "w").write("x")
 open("/dev/shm/left-in-shm", "w").write("x")
 os.mkdir("/var/tmp/left-in-var-tmp")
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 print(libc.shmget(0x5eed, 4096, 0o1600))  # IPC_CREAT | 0600
+rt = ctypes.CDLL(ctypes.util.find_library("rt") or None, use_errno=True)
+assert rt.mq_open(b"/left-queue", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0
 if os.fork() == 0:
     os.setsid()
     os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)"], {})
 """
 
-FIND_LEFT = """import os, ctypes
+FIND_LEFT = """import os, ctypes, ctypes.util
 libc = ctypes.CDLL(None, use_errno=True)
-print([p for p in ("/tmp/left-in-tmp", "/dev/shm/left-in-shm", "/var/tmp/left-in-var-tmp") if os.path.exists(p)], libc.shmget(0x5eed, 0, 0))
+rt = ctypes.CDLL(ctypes.util.find_library("rt") or None, use_errno=True)
+print([p for p in ("/tmp/left-in-tmp", "/dev/shm/left-in-shm", "/var/tmp/left-in-var-tmp") if os.path.exists(p)], libc.shmget(0x5eed, 0, 0), rt.mq_open(b"/left-queue", os.O_RDONLY))
 """
 
 
 def test_the_uid_tier_ends_what_a_job_left_on_the_shared_machine(uid_tier: Sandbox, tmp_path: Path) -> None:
-    """A daemon with an empty environment, files in the machine's /tmp, /var/tmp and /dev/shm
-    and a SysV segment: each is found by the uid and gone before the next job starts."""
+    """A daemon with an empty environment, files in the machine's /tmp, /var/tmp and /dev/shm,
+    a SysV segment and a POSIX message queue: each is found by the uid and gone before the next
+    job starts."""
     from grader.run.local import LocalRunner, LocalRunnerOptions
 
     root = uid_tier.new_root("grader-test-")
@@ -359,7 +364,7 @@ def test_the_uid_tier_ends_what_a_job_left_on_the_shared_machine(uid_tier: Sandb
             assert left.ranks[0].status == "exit:0" and int(left.ranks[0].stdout_tail) >= 0 and left.leftovers >= 1
             assert [pid for pid in procs.pids_of_uids(range(uid_tier.uid, uid_tier.uid + 1)) if "time.sleep(300)" in procs.cmdline(pid)] == []
             found = runner.run(_job(tmp_path / "find", "find", FIND_LEFT))
-            assert found.ranks[0].stdout_tail.strip() == "[] -1", found.ranks[0].stderr_tail
+            assert found.ranks[0].stdout_tail.strip() == "[] -1 -1", found.ranks[0].stderr_tail
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -394,3 +399,34 @@ def test_a_shared_folder_someone_else_made_first_is_refused(tmp_path: Path) -> N
     for name in ("link", "open"):
         with pytest.raises(OSError, match="is not a folder of the grader's own that only it may write"):
             private_folder(tmp_path / name, 0o700)
+
+
+def test_sysv_objects_are_found_by_their_creator_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submission may hand a SysV object it made to another owner (IPC_SET): its creator's
+    uid still finds it."""
+    from grader.run import sandbox as module
+
+    header = "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime        rss       swap"
+    rows = ["     24301         11   666                  4096   100   100      0     0     0 61000 61000          0          0 1700000000       4096          0",
+            "     24302         12   600                  4096   100   100      0 61000 61000 61000 61000          0          0 1700000000       4096          0",
+            "     24303         13   600                  4096   100   100      0     0     0     0     0          0          0 1700000000       4096          0"]
+    (tmp_path / "shm").write_text("\n".join([header, *rows]) + "\n")
+    calls = []
+    monkeypatch.setattr(module.subprocess, "run", lambda argv, **kw: calls.append(argv))
+    module.remove_sysv_of(61000, tmp_path)
+    assert calls == [["ipcrm", "-m", "11", "-m", "12"]]
+
+
+def test_as_root_a_grading_that_gets_no_isolation_tier_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_autograder runs as root: were even the uid tier to fail, the submission would run
+    with root's rights beside the solutions. It is not run (the self-check still is)."""
+    from grader.course import load_course, load_practical
+    from grader.grade import session
+    from grader.grade.pipeline import GradeOptions
+    from grader.run.sandbox import SandboxMissing
+
+    if os.geteuid() != 0:
+        pytest.skip("the grader is not root here")
+    monkeypatch.setattr(session, "open_sandbox", lambda *args, **kwargs: SandboxMissing("setpriv refused"))
+    executed = session.execute_folder(load_practical(load_course(ROOT), "p6"), ROOT / "solutions" / "p6", GradeOptions())
+    assert executed.execution.error == "the grader runs as root and no isolation tier can start here (setpriv refused); a submission is not run with root's rights (--no-sandbox would, knowingly)"

@@ -8,6 +8,7 @@ course, so no caller can forget it.
 """
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -69,7 +70,9 @@ def execute_folder(
     required`) refuse to go without the sandbox. `contain=False` asks for none (the sandbox,
     the per-job cgroups): the code runs with the grader's rights, as on a laptop. `refused`:
     why the submission cannot be run at all (found while taking it out of git): it is graded
-    as not run."""
+    as not run. Where bubblewrap cannot run, a grading that is not official gets the
+    unprivileged-uid tier (with the course's files closed to others: `shield_course`); a
+    grading as root that gets no tier at all is refused, but for the student's self-check."""
     options = course_options(options, practical)
     if not folder.is_dir():
         return Executed(Execution(0.0, error=f"the submission folder {folder} does not exist"), options)
@@ -79,6 +82,10 @@ def execute_folder(
     if isinstance(sandbox, str):
         if official:
             return Executed(Execution(0.0, error=f"official grading runs student code only in the sandbox, and there is none here: {sandbox}"), options)
+        if contain and os.geteuid() == 0 and not options.public_only:
+            # a grading as root (run_autograder on Gradescope) where even the uid tier failed:
+            # the submission would run with root's rights, beside the solutions
+            return Executed(Execution(0.0, error=f"the grader runs as root and no isolation tier can start here ({sandbox}); a submission is not run with root's rights (--no-sandbox would, knowingly)"), options)
         warning = f"no sandbox ({sandbox}); the code runs with your own rights — fine for a self-check, refused by official grading"
         sandbox = None
     elif sandbox.tier == UID_TIER:

@@ -32,8 +32,9 @@ Where bubblewrap cannot run (Gradescope's image and Docker without user namespac
 runners) but the grader is root, `open_sandbox(fallback=True)` gives the second tier, the
 *unprivileged uid*: the same prlimit and setpriv, without bwrap. The submission then shares the
 machine's file system, network, /tmp and process list, so what it must not see is closed to it
-instead: its grading folder and the trusted domain's are mode 0700 of their own uids (the
-reference's copy and its outputs lie in the trusted one), the course's files (solutions, answer
+instead: its grading folder and the trusted domain's are root's, mode 0750, open to their own
+uid's group alone (the reference's copy and its outputs lie in the trusted one; nothing the grader
+made there can be renamed by the submission), the course's files (solutions, answer
 keys, the grader) are made unreadable by other users (`hide_from_others`; the Python
 environment stays readable), and it cannot signal, trace or read the memory of processes of
 other uids. What a job leaves behind is found by its uid, which the grading holds alone: after
@@ -174,9 +175,12 @@ class Sandbox:
         for name in SCRATCH:
             (root / name).mkdir()
             (root / name).chmod(0o1777)
-        if self.bwrap is None and self.drop:  # no mount namespace hides it: its own uid's alone
-            os.chown(root, self.uid, self.uid)
-            root.chmod(0o700)
+        if self.bwrap is None and self.drop:
+            # no mount namespace hides it: only root and the sandbox's uid (its group) may enter,
+            # and only root may write there, so that no entry the grader made (lib, a job's
+            # folder, the rank folders) can be renamed or swapped for a link by the submission
+            os.chown(root, 0, self.uid)
+            root.chmod(0o750)
         return lib
 
     def _mount_tmpfs(self, root: Path) -> None:
@@ -289,6 +293,7 @@ class Sandbox:
         killed = procs.kill_until_gone(lambda: [pid for pid in procs.pids_of_uids(range(self.uid, self.uid + 1)) if pid != keep], wait_s)
         remove_files_of(self.uid, SHARED_SCRATCH)
         remove_sysv_of(self.uid)
+        remove_message_queues_of(self.uid)
         return killed
 
     def __enter__(self) -> "Sandbox":
@@ -351,8 +356,9 @@ def remove_files_of(uid: int, folders: tuple[str, ...]) -> None:
 
 
 def remove_sysv_of(uid: int, tables: Path = Path("/proc/sysvipc")) -> None:
-    """Remove the SysV shared memory, semaphores and message queues that `uid` owns (the
-    table's `uid` column)."""
+    """Remove the SysV shared memory, semaphores and message queues that `uid` made or owns (the
+    table's `cuid` and `uid` columns: its creator may hand an object to another owner, root
+    included, with IPC_SET, and it stays)."""
     for name, option in SYSV_TABLES.items():
         try:
             header, *rows = (tables / name).read_text().splitlines()
@@ -361,9 +367,22 @@ def remove_sysv_of(uid: int, tables: Path = Path("/proc/sysvipc")) -> None:
         columns = header.split()
         if "uid" not in columns:
             continue
-        ids = [row.split()[1] for row in rows if len(row.split()) == len(columns) and row.split()[columns.index("uid")] == str(uid)]
+        owners = [columns.index(name) for name in ("uid", "cuid") if name in columns]
+        ids = [fields[1] for fields in map(str.split, rows) if len(fields) == len(columns) and str(uid) in (fields[i] for i in owners)]
         for start in range(0, len(ids), 256):
             subprocess.run(["ipcrm", *(part for i in ids[start:start + 256] for part in (option, i))], capture_output=True, timeout=30)
+
+
+def remove_message_queues_of(uid: int) -> None:
+    """Remove the POSIX message queues of `uid`, through a mqueue file system mounted in a mount
+    namespace of the clearing command's own (the machine need not have /dev/mqueue mounted; a
+    container without CAP_SYS_ADMIN cannot do this, and /dev/mqueue, where mounted, is cleared
+    with the shared scratch folders)."""
+    clear = f"mount -t mqueue none /mnt && find /mnt -mindepth 1 -user {int(uid)} -delete"
+    try:
+        subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", clear], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def hide_from_others(root: Path, keep: tuple[str, ...]) -> list[Path]:
