@@ -127,7 +127,7 @@ def test_steps_disturbed_in_changing_shares_do_not_decide_efficiency_but_every_s
     assert not verdict.passed and "1.35× the reference's step time, above the 1.2× allowed" in verdict.summary
 
 
-def test_efficiency_is_deferred_when_the_reference_cannot_be_timed_and_failed_when_the_submission_cannot() -> None:
+def test_efficiency_is_deferred_when_the_reference_cannot_be_timed_and_failed_when_the_submission_cannot_either_way() -> None:
     dead = launch("timed@reference", [])
     timings = {"timed": timing.TimedRuns(own=steady("timed", 0.01), reference=(dead,))}
     verdict = speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2}))
@@ -135,6 +135,9 @@ def test_efficiency_is_deferred_when_the_reference_cannot_be_timed_and_failed_wh
     timings = {"timed": timing.TimedRuns(own=(launch("timed", []),), reference=steady("timed@reference", 0.01))}
     verdict = speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2}))
     assert not verdict.passed and not verdict.deferred and "your script could not be timed: no optimizer step after the first 1" in verdict.summary
+    timings = {"timed": timing.TimedRuns(own=(launch("timed", []),), reference=(dead,))}  # neither: the submission's side decides
+    verdict = speed.efficiency(context(["timed"], timings, {"max_ratio": 1.2}))
+    assert not verdict.passed and not verdict.deferred and "your script could not be timed" in verdict.summary
 
 
 # ---------------------------------------------------------------- the grader's clock
@@ -475,3 +478,26 @@ def test_telemetry_reaches_the_results_and_the_feedback(timed_practical) -> None
     document = to_gradescope(report)
     assert document["extra_data"]["runs"][0]["gpu_telemetry"]["gpus"][0]["memory_added_peak_mib"] == 500.0
     assert "GPU 1 (GPU1): peak memory 400 MiB (+400 MiB during the run)" in overview_text(report)
+
+
+def test_a_submission_that_uses_up_the_budget_fails_efficiency_and_the_reference_keeps_its_time(carried_practical) -> None:
+    """The submission's launches never take the time the reference's planned launches need: a
+    submission whose checked run runs to its limit leaves the reference timed and its own timed
+    launches without time, and fails `efficiency` (it was once deferred, full marks kept)."""
+    import time
+
+    practical, submission, solutions = carried_practical
+
+    def hanging_then_quick(job: JobSpec) -> JobResult:
+        if job.name == "ws2":
+            time.sleep(job.timeout_s)  # runs to the time it was given
+            return replace(carried(job), wall_s=job.timeout_s)
+        return replace(carried(job), wall_s=0.6)
+
+    runner = FakeRunner(hanging_then_quick)
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5, total_timeout_s=4.5))
+    assert runner.jobs[0].timeout_s == pytest.approx(3.0, abs=0.1)  # 1.5 s of 4.5 s kept for two reference launches
+    assert [job.name for job in runner.jobs] == ["ws2", "timed@reference", "timed@reference#2", "timed#2"]  # its first timed launch had no time left
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.FAILED, efficiency.summary
+    assert "your script could not be timed: a launch was not run: the grading's time budget (4.5 s) was used up by earlier runs (1 s of it are kept for the reference solution's timed launches)" in efficiency.summary

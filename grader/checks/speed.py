@@ -74,10 +74,10 @@ def efficiency(ctx: CheckContext) -> Verdict:
         if sides is None:
             return Verdict(False, "", deferred=NOT_TIMED)
         own, reference = sides
+        if not own.timed:  # first: a submission that used up the budget, the reference's launches unmade, fails
+            return Verdict(False, f"{run.spec.name}: your script could not be timed: {own.problem}")
         if not reference.timed:
             return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
-        if not own.timed:
-            return Verdict(False, f"{run.spec.name}: your script could not be timed: {own.problem}")
         ratio = own.undisturbed_s / reference.undisturbed_s
         ok = ratio <= limit
         passed &= ok

@@ -47,6 +47,9 @@ from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
 from grader.spec import Assignment, CheckSpec, RunDef, load_answer_key
 
 MIN_RUN_S = 1.0  # a run is skipped rather than started with less time than this
+REFERENCE_LAUNCH_S = 10.0  # the budget kept for each of the reference's timed launches still to come, until one has been seen
+RESERVE_MARGIN = 1.5  # × the longest reference launch seen
+MAX_RESERVE_SHARE = 1 / 3  # of the budget, at most, kept for the reference's launches
 KEEP_BYTES = 64 << 20  # of what the ranks send, the hub keeps this much for the grader in a checked run (p6, p10: about 0.1 MiB)
 KEEP_TIMED_BYTES = 9 << 20  # and of a timed launch (p6's timed run: 4 MiB a step; p10's 2 MiB, 8 MiB where each micro-batch syncs): its first step is checked whole
 
@@ -307,31 +310,43 @@ def _run_all(
     adopt: Callable[[Iterable[JobResult]], DdpOptions | None] = lambda results: None,
 ) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
     """Every planned launch in order; the timed runs last, round by round: in each of the
-    `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own;
+    `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own
+    (the submission's launches leave the time the reference's planned launches need: `reserve`);
     then, round by round, up to `repeats` more for the timed runs still `doubtful` (a speed
     check would fail them on the launches so far). A run in `clocked` (timed by the grader's
     clock: name -> its short and long step counts) is launched in pairs (`_round_order`). The reference's
     launches build their DDP with the submission's costly options, as `adopt` finds them in the
     checked runs."""
     chosen: DdpOptions | None = None  # set once the checked runs are done: only timed launches come later
+    planned = sum(repeats * len(_round_order(clocked.get(run.name))) // 2 for run in timed if run.name in referenced)
+
+    def reserve() -> float:
+        """The time kept for the reference's planned launches still to come: the submission's
+        launches never take it, so a submission cannot use up the budget to leave its speed
+        check without a reference (and deferred)."""
+        seen = [launch.wall_s for launches in reference.values() for launch in launches]
+        waiting = max(planned - len(seen), 0)
+        return min(waiting * (RESERVE_MARGIN * max(seen) if seen else REFERENCE_LAUNCH_S), MAX_RESERVE_SHARE * budget_s)
 
     def launch(run: RunDef, role: str, repeat: int, steps: int | None = None) -> JobResult:
-        left = deadline - time.monotonic()
+        kept = 0.0 if role == "reference" else reserve()
+        left = deadline - time.monotonic() - kept
         job = job_for(run, max(left, 0.0), role, repeat, steps)
         if role == "reference":
             job = replace(job, ddp_options=chosen)
         if problem:
             return JobResult(spec=job, ranks=[], skipped=problem)
         if left < MIN_RUN_S:
-            return JobResult(spec=job, ranks=[], skipped=f"the grading's time budget ({budget_s:g} s) was used up by earlier runs")
+            kept_note = f" ({kept:.0f} s of it are kept for the reference solution's timed launches)" if kept else ""
+            return JobResult(spec=job, ranks=[], skipped=f"the grading's time budget ({budget_s:g} s) was used up by earlier runs{kept_note}")
         if progress is not None:
             progress(f"run {job.name} ({job.describe()})")
         return runner.run(job)
 
-    results = {run.name: launch(run, "own", 0) for run in runs if run not in timed}
-    chosen = adopt(results.values())
     own: dict[str, list[JobResult]] = {run.name: [] for run in timed}
     reference: dict[str, list[JobResult]] = {run.name: [] for run in timed}
+    results = {run.name: launch(run, "own", 0) for run in runs if run not in timed}
+    chosen = adopt(results.values())
     pending = timed
     for repeat in range(2 * repeats if timed else 0):
         if repeat >= repeats:  # the spec's rounds are done: more only for runs a check doubts, while the budget has room for them
