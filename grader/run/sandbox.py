@@ -495,8 +495,8 @@ def open_sandbox(limits: Limits | None = None, python: str = sys.executable, fal
         if not isinstance(opened, SandboxMissing):
             return opened
         missing = f"bubblewrap cannot start a sandbox here (are unprivileged user namespaces allowed?): {opened}"
-    if not (fallback and drop):
-        return SandboxMissing(missing if drop or not fallback else f"{missing}; and the grader is not root, so it cannot run the submission as another user")
+    if not (fallback and drop):  # the uid tier needs root (to take another uid)
+        return SandboxMissing(missing)
     opened = _started(Sandbox(bwrap=None, uid=0, drop=True, python=python, read_only=read_only, devices=devices, limits=limits or Limits(), no_bubblewrap=missing))
     return SandboxMissing(f"{missing}; and Python does not start as an unprivileged uid either: {opened}") if isinstance(opened, SandboxMissing) else opened
 
