@@ -138,7 +138,7 @@ def nccl() -> Finding:
 
 def sandbox() -> Finding:
     opened = open_sandbox(Limits(cpu_s=PROBE_S), fallback=True)
-    fix = "see the README's notes for cluster admins: bubblewrap, util-linux, unprivileged user namespaces, a Python environment others can read"
+    fix = "see docs/admins.md#sandbox-requirements: bubblewrap, util-linux, unprivileged user namespaces, a Python environment others can read"
     if isinstance(opened, str):
         return Finding("sandbox", PROBLEM, f"tier {NO_ISOLATION}: {opened}", fix)
     try:
@@ -164,7 +164,7 @@ def sandbox() -> Finding:
 def cgroups() -> Finding:
     opened = open_cgroups(f"doctor-{uuid.uuid4().hex[:8]}", Caps(1 << 30, 64))
     if isinstance(opened, str):
-        return Finding("cgroups", PROBLEM, opened, "run the grader as root, or delegate a cgroup subtree to its user (README: cgroups); without them each job runs in a pid namespace and memory is capped per process")
+        return Finding("cgroups", PROBLEM, opened, "run the grader as root, or delegate a cgroup subtree to its user (docs/admins.md#cgroups); without them each job runs in a pid namespace and memory is capped per process")
     described = opened.describe()
     opened.close()
     return Finding("cgroups", OK, described)

@@ -40,7 +40,7 @@ environment stays readable), and it cannot signal, trace or read the memory of p
 other uids. What a job leaves behind is found by its uid, which the grading holds alone: after
 every job every process of the uid but the launcher is killed, and its files in the shared
 scratch folders (SHARED_SCRATCH) and its SysV IPC objects are removed (`clear_uid`). No
-seccomp filter (bwrap loads it) and no network isolation: the README's isolation tiers say
+seccomp filter (bwrap loads it) and no network isolation: docs/admins.md#isolation-tiers says
 what each tier protects against.
 
 `open_sandbox` says why when neither is possible (no bubblewrap, no user namespaces, not root, a
