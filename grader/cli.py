@@ -35,6 +35,7 @@ import csv
 import datetime
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,8 @@ from grader.submit.problems import open_problems
 from grader.submit.queue import Queue, Submission
 from grader.submit.regrade import Selection, regrade
 from grader.submit.worker import work
+
+CHECK_FOLDERS_KEPT = 3  # a student's self-checks keep their latest results and views, not every one
 
 
 def _positive_int(text: str) -> int:
@@ -295,10 +298,23 @@ def _progress(text: str) -> None:
     print(f"… {text}", file=sys.stderr, flush=True)
 
 
-def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None, views: Path | None = None, with_views: bool = True) -> int:
-    """Write the views (beside `results`, else into `views`) and the results file; print the table."""
-    if with_views and (results is not None or views is not None):
-        report = write_views(report, results if results is not None else views / "results.json")
+def check_folder(keep: int = CHECK_FOLDERS_KEPT) -> Path:
+    """A new folder for a self-check's results and views (`pdl-check-*` in the temporary
+    folder); of this user's earlier ones, only the latest `keep` - 1 stay."""
+    made = Path(tempfile.mkdtemp(prefix="pdl-check-"))
+    earlier = []
+    for path in Path(tempfile.gettempdir()).glob("pdl-check-*"):
+        info = path.lstat()
+        if path != made and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+            earlier.append((info.st_mtime, path))
+    remove_tree(*(path for _, path in sorted(earlier)[: max(len(earlier) - (keep - 1), 0)]))
+    return made
+
+
+def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None, with_views: bool = True) -> int:
+    """Write the views beside `results` and the results file; print the table."""
+    if with_views and results is not None:
+        report = write_views(report, results)
     if results is not None:
         write_results(report, results)
     if markdown_path is not None:
@@ -325,8 +341,10 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
         report = GradingReport.failure(args.practical, str(exc), execution_time_s=time.monotonic() - started)
     except Exception as exc:  # noqa: BLE001 - the results file must exist even then
         report = GradingReport.failure(args.practical, f"internal error: {type(exc).__name__}: {exc}", execution_time_s=time.monotonic() - started)
-    views = None if args.results is not None or not public_only or args.no_views else Path(tempfile.mkdtemp(prefix="pdl-check-"))
-    status = _emit(report, args.results, args.markdown, views, with_views=not args.no_views)
+    results = args.results
+    if results is None and public_only and not args.no_views:  # the views need a place: a folder of the check's own, named when written
+        results = check_folder() / "results.json"
+    status = _emit(report, results, args.markdown, with_views=not args.no_views)
     if public_only and args.classroom is not None:
         args.classroom.write_text(classroom_encoded(report) + "\n", encoding="ascii")
     return _check_status(report, args.exit_zero) if public_only else status

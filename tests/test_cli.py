@@ -38,8 +38,10 @@ def test_an_unknown_practical_still_writes_results(tmp_path: Path, capsys: pytes
 def test_a_missing_submission_folder_still_writes_results(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     results = tmp_path / "r.json"
     assert main(["grade", "p6", str(tmp_path / "nowhere"), "--results", str(results)]) == 1
-    assert "does not exist" in load_results(results)["tests"][0]["output"]
-    capsys.readouterr()
+    document = load_results(results)
+    assert "does not exist" in document["tests"][0]["output"]
+    assert document["execution_time"] < 5  # once the machine's uptime
+    assert "graded in 0." in capsys.readouterr().out
 
 
 def test_a_broken_spec_is_an_autograder_error_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -108,3 +110,22 @@ def test_the_self_check_runs_public_checks_on_the_template_by_default(tmp_path: 
     checks = checks_by_id(load_results(results))
     assert "params_sync" not in checks and set(checks) == {"rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit", "efficiency", "ddp_vs_dp"}
     assert "| 1 | Rank, local rank and world size match the launcher | 0/2 | ❌ fail |" in summary.read_text()
+
+
+def test_a_self_check_writes_into_a_folder_of_its_own_and_keeps_only_the_latest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --results, `check` writes its results and views into a new pdl-check-* folder
+    (named as "results written to …"); of the earlier ones, the latest two stay."""
+    import os
+    import tempfile
+
+    from grader.cli import check_folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    earlier = [tmp_path / f"pdl-check-{n}" for n in range(4)]
+    for age, folder in enumerate(earlier):
+        folder.mkdir()
+        os.utime(folder, (1000 + age, 1000 + age))
+    (tmp_path / "pdl-check-file").write_text("not a folder of the check's")
+    made = check_folder()
+    assert made.parent == tmp_path and made.name.startswith("pdl-check-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([made.name, "pdl-check-2", "pdl-check-3", "pdl-check-file"])

@@ -35,6 +35,8 @@ def test_the_student_sees_visible_checks_and_after_the_deadline_the_others_due()
     assert before.notes == ("2 more check(s) are shown after the deadline",)
     after = student_view(report(2.0), after_deadline=True)
     assert [c.id for c in after.checks] == ["rank_setup", "params_sync"]
+    never = student_view(report(2.0), after_deadline=None)  # the course set no deadline: said so, not promised
+    assert [c.id for c in never.checks] == ["rank_setup"] and never.notes == ("2 more check(s) are shown after the deadline, which the course has not set yet",)
 
 
 def test_each_grading_lands_on_the_feedback_branch_and_the_history_is_kept(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -63,6 +64,11 @@ def runner_options(practical: Practical, keep_work: bool, contain: bool) -> Loca
     return replace(defaults, keep_files=keep_work, cgroups=contain, warm_modules=warm)
 
 
+def not_run(error: str) -> Execution:
+    """An execution that stopped before any run, for `error` (it took no time)."""
+    return Execution(time.monotonic(), error=error)
+
+
 def execute_folder(
     practical: Practical, folder: Path, options: GradeOptions, *, official: bool = False, keep_work: bool = False, contain: bool = True, refused: str | None = None
 ) -> Executed:
@@ -75,17 +81,17 @@ def execute_folder(
     grading as root that gets no tier at all is refused, but for the student's self-check."""
     options = course_options(options, practical)
     if not folder.is_dir():
-        return Executed(Execution(0.0, error=f"the submission folder {folder} does not exist"), options)
+        return Executed(not_run(f"the submission folder {folder} does not exist"), options)
     official = official or practical.assignment.sandbox == "required"
     sandbox = open_sandbox(Limits(cpu_s=time_limits(practical.assignment, options).cpu_s), fallback=not official) if contain else "switched off (--no-sandbox)"
     warning = None
     if isinstance(sandbox, str):
         if official:
-            return Executed(Execution(0.0, error=f"official grading runs student code only in the sandbox, and there is none here: {sandbox}"), options)
+            return Executed(not_run(f"official grading runs student code only in the sandbox, and there is none here: {sandbox}"), options)
         if contain and os.geteuid() == 0 and not options.public_only:
             # a grading as root (run_autograder on Gradescope) where even the uid tier failed:
             # the submission would run with root's rights, beside the solutions
-            return Executed(Execution(0.0, error=f"the grader runs as root and no isolation tier can start here ({sandbox}); a submission is not run with root's rights (--no-sandbox would, knowingly)"), options)
+            return Executed(not_run(f"the grader runs as root and no isolation tier can start here ({sandbox}); a submission is not run with root's rights (--no-sandbox would, knowingly)"), options)
         warning = f"no sandbox ({sandbox}); the code runs with your own rights — fine for a self-check, refused by official grading"
         sandbox = None
     elif sandbox.tier == UID_TIER:

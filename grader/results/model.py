@@ -79,16 +79,16 @@ class GradingReport:
     def deferred_points(self) -> float:
         return sum(c.max_score for c in self.checks if c.status is Status.DEFERRED)
 
-    def as_students_see(self, after_deadline: bool) -> "GradingReport":
+    def as_students_see(self, after_deadline: bool | None) -> "GradingReport":
         """The checks its student may see now (visible ones; after_due_date ones too once the
         deadline has passed; hidden and after_published ones never), with a note on the others:
         what the student is shown counts nothing else (Gradescope's visible output, git's
-        feedback)."""
+        feedback). `after_deadline` None: the course has set no deadline."""
         shown = {"visible", "after_due_date"} if after_deadline else {"visible"}
         left_out = [c for c in self.checks if c.visibility not in shown]
         if not left_out:
             return self
-        when = "once the results are published" if after_deadline else "after the deadline"
+        when = "once the results are published" if after_deadline else "after the deadline" if after_deadline is False else "after the deadline, which the course has not set yet"
         note = f"{len(left_out)} more check(s) are shown {when}"
         return replace(self, checks=tuple(c for c in self.checks if c.visibility in shown), notes=(*self.notes, note))
 

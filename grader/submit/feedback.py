@@ -37,7 +37,7 @@ ATTEMPTS = 5
 REVEALED = "feedback"  # the store's folder of marks: feedback delivered after the deadline
 
 
-def student_view(report: GradingReport, after_deadline: bool, notes: tuple[str, ...] = ()) -> GradingReport:
+def student_view(report: GradingReport, after_deadline: bool | None, notes: tuple[str, ...] = ()) -> GradingReport:
     """The report as its student may see it, with `notes` (e.g. when it was submitted) first."""
     seen = report.as_students_see(after_deadline)
     return replace(seen, environment={}, runs=(), notes=notes + seen.notes)
@@ -129,7 +129,7 @@ def reveal_after_deadlines(store: ResultsStore, policy: CoursePolicy, moment: da
     return done
 
 
-def feedback_text(report: GradingReport, commit: str, after_deadline: bool, notes: tuple[str, ...] = ()) -> str:
+def feedback_text(report: GradingReport, commit: str, after_deadline: bool | None, notes: tuple[str, ...] = ()) -> str:
     """The student's view of `report` as markdown, naming the graded commit."""
     return markdown(student_view(report, after_deadline, notes)) + f"\nGraded commit: {commit}\n"
 
@@ -141,7 +141,7 @@ def stored_feedback(entry: Entry, policy: CoursePolicy, moment: datetime.datetim
     return feedback_text(read_report(entry.document), entry.commit, deadline_passed(policy, entry.student, entry.practical, moment), notes)
 
 
-def publish(repo: Path, practical: str, commit: str, report: GradingReport, after_deadline: bool = False, notes: tuple[str, ...] = (), latest: bool = True) -> str:
+def publish(repo: Path, practical: str, commit: str, report: GradingReport, after_deadline: bool | None = False, notes: tuple[str, ...] = (), latest: bool = True) -> str:
     """Commit the student's view of `report` to the repository's feedback branch (as
     <practical>.md too, when it is the `latest` graded commit); returns the feedback commit's
     id. RuntimeError when git refuses."""

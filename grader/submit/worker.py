@@ -199,7 +199,8 @@ def deliver(store: ResultsStore, course: Course, submission: Submission, report:
     after = deadline_passed(course.policy, submission.student, submission.practical, datetime.datetime.now(datetime.timezone.utc))
     notes = lateness_note(course.policy, submission.student, submission.practical, submission.submitted_at)
     try:
-        publish(Path(submission.source["repo"]), submission.practical, submission.commit, report, after_deadline=after, notes=notes)
+        no_deadline = course.policy.deadline(submission.student, submission.practical) is None
+        publish(Path(submission.source["repo"]), submission.practical, submission.commit, report, after_deadline=None if no_deadline else after, notes=notes)
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         return f"; feedback not delivered to the repository: {exc}"
     if after:
