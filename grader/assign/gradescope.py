@@ -38,6 +38,10 @@ submission="$root/submission"
 # an upload of the whole repository (GitHub, or a zip of it) rather than the files themselves
 if [ -d "$submission/assignments/{practical}" ]; then submission="$submission/assignments/{practical}"; fi
 mkdir -p "$root/results"
+# the submission runs as an unprivileged uid (bubblewrap's or the uid tier's), which must reach the
+# Python environment in source/.venv: the folders on the way open for passing through only (the
+# grader closes source/'s own entries to other users before the submission runs)
+chmod o+x "$root" "$root/source" 2>/dev/null || true
 cd "$root/source" && "$python" -m grader grade {practical} "$submission" --results "$root/results/results.json" --no-views
 """
 
