@@ -36,7 +36,7 @@ def grade_with_cli(folder: str, results_path: Path) -> tuple[subprocess.Complete
 
 def test_reference_solution_gets_full_marks_on_every_layout(tmp_path: Path) -> None:
     done, results = grade_with_cli("solutions/p6", tmp_path / "R.json")
-    assert results["score"] == results["extra_data"]["max_score"] == 20, {k: v["output"] for k, v in checks_by_id(results).items() if v["status"] != "passed"}
+    assert results["score"] == results["extra_data"]["max_score"] == 20, {k: v["output"] for k, v in checks_by_id(results).items() if v.get("status") != "passed"}
     checks = checks_by_id(results)
     assert set(checks) == {*ALL_CHECKS, "efficiency", "ddp_vs_dp"}
     assert checks["efficiency"]["status"] == "passed" and "the reference's step time" in checks["efficiency"]["output"]
@@ -46,7 +46,7 @@ def test_reference_solution_gets_full_marks_on_every_layout(tmp_path: Path) -> N
         for run in ("ws1 (1 process)", "ws2 (1 node × 2 ranks)", "ws3 (1 node × 3 ranks)", "2x2 (2 nodes × 2 ranks, 2 virtual GPUs each)"):
             assert f"✓ {run}" in check["output"]
     assert "rank 2→cuda:0, rank 3→cuda:1" in checks["device_mapping"]["output"]
-    assert re.search(r"ws3 \(1 node × 3 ranks\): 3 × 2\d rows; [12] left over and dropped: what each rank all-reduced is its own shard's gradient \(the rows your ranks' records name\)", checks["batch_shard"]["output"])
+    assert re.search(r"ws3 \(1 node × 3 ranks\): 3 × \d+ rows; [12] left over and dropped: what each rank all-reduced is its own shard's gradient \(the rows your ranks' records name\)", checks["batch_shard"]["output"])
     assert re.match(r"drawn for this grading: batch_size \d+", results["extra_data"]["notes"][0])
     assert checks["grad_sync"]["extra_data"]["allreduce_per_step"]["ws2"] == [1, 1, 1]
     assert "Score: 20 / 20" in done.stdout
@@ -103,7 +103,7 @@ def test_a_correct_but_unusual_submission_keeps_every_point(variant: Variant, tm
     """Also one whose records claim all-reduces it did not make: the records decide nothing."""
     results = grade_in_process("p6", variant.write(tmp_path / variant.name, "p6"), tmp_path / "r.json")
     capsys.readouterr()
-    assert results["score"] == 18, {k: v["output"] for k, v in checks_by_id(results).items() if v["status"] != "passed"}
+    assert results["score"] == 18, {k: v["output"] for k, v in checks_by_id(results).items() if v.get("status") != "passed"}
     assert "every step's all-reduces delivered the full-batch gradient, each rank's its own shard's" in checks_by_id(results)["grad_sync"]["output"]
 
 
