@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from grader.probe.recorder.events import MAX_FILE_BYTES, E, Event, InitPg, Process, Span, plain
+from grader.probe.typed import field_names
 from grader.run.records import ProcessRecord, read_records
 
 MAX_EVENTS = 1_000_000  # a long training run observed (the grader's cap for graded ranks is lower)
@@ -26,17 +27,23 @@ class Timed(Mapping[str, Any]):
     end: float
 
     @cached_property
-    def _fields(self) -> dict:  # made when first read: most events are only ever drawn by their times
-        return {**plain(self.event), "start": self.start, "end": self.end}
+    def _names(self) -> tuple[str, ...]:
+        return ("kind", *field_names(type(self.event)), "start", "end")
 
-    def __getitem__(self, key: str) -> Any:
-        return self._fields[key]
+    def __getitem__(self, key: str) -> Any:  # one field made plain at a time: most are never read
+        if key == "kind":
+            return self.event.kind
+        if key in ("start", "end"):
+            return self.start if key == "start" else self.end
+        if key not in self._names:
+            raise KeyError(key)
+        return plain(getattr(self.event, key))
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._fields)
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self._fields)
+        return len(self._names)
 
 
 @dataclass(frozen=True)
