@@ -175,3 +175,16 @@ def test_a_failing_reference_is_an_autograder_error(tmp_path: Path) -> None:
     result = grade(practical(tmp_path, references=broken), submission(tmp_path), runner)
     assert result.error == "RuntimeError: no reference" and result.checks == ()
     assert runner.closed
+
+
+def test_a_script_that_does_not_compile_is_graded_not_run_before_any_run(tmp_path: Path) -> None:
+    """A syntax error shows at once (it was found after every run had failed alike, 15.6 s)."""
+    folder = submission(tmp_path)
+    (folder / "p6_ddp.py").write_text("import torch\n\ndef main(:\n    pass\n")
+    runner = FakeRunner(healthy)
+    result = grade(practical(tmp_path), folder, runner)
+    assert runner.jobs == []
+    ranks = next(c for c in result.checks if c.id == "rank_setup")
+    assert ranks.status is Status.FAILED and ranks.summary == "not run: p6_ddp.py does not compile: invalid syntax (line 3) — in every run"
+    (folder / "p6_ddp.py").write_text("x = (" * 300 + ")" * 300 + "\n")  # past the parser's nesting: refused by it, quickly
+    assert "p6_ddp.py does not compile: too many nested parentheses" in next(c for c in grade(practical(tmp_path), folder, FakeRunner(healthy)).checks if c.id == "rank_setup").summary

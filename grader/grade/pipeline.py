@@ -43,10 +43,12 @@ from grader.probe.messages import DdpOptions
 from grader.probe.transport.traffic import CarrierPlan
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.run.job import JobResult, JobRunner, JobSpec, Layout
+from grader.run.safeio import UntrustedFileError, read_untrusted
 from grader.run.tree import TreeRefused, copy_tree, open_folder, remove_tree
 from grader.spec import Assignment, CheckSpec, RunDef, load_answer_key
 
 MIN_RUN_S = 1.0  # a run is skipped rather than started with less time than this
+MAX_COMPILED_BYTES = 1 << 20  # a script is compiled before any run up to this size
 REFERENCE_LAUNCH_S = 10.0  # the budget kept for each of the reference's timed launches still to come, until one has been seen
 RESERVE_MARGIN = 1.5  # × the longest reference launch seen
 MAX_RESERVE_SHARE = 1 / 3  # of the budget, at most, kept for the reference's launches
@@ -283,11 +285,36 @@ def take(submission: Path, into: Path) -> tuple[Path, Prepared]:
 
 
 def _missing_scripts(runs: tuple[RunDef, ...], assignment: Assignment, submission: Path) -> str | None:
+    """Why the submission's scripts cannot be run at all: one is missing, or a Python script
+    does not compile (found before any run, not after every run has failed alike)."""
     for script in sorted({run.script or assignment.script for run in runs}):
         if not (submission / script).is_file():
             present = sorted(p.name for p in submission.iterdir() if p.is_file())[:8] if submission.is_dir() else []
             found = f" (it holds: {', '.join(present)})" if present else ""
             return f"{script} is not in the submission{found}"
+        if script.endswith(".py"):
+            problem = _does_not_compile(submission / script)
+            if problem:
+                return problem
+    return None
+
+
+def _does_not_compile(path: Path) -> str | None:
+    """Why Python cannot compile the script at `path` (compiled only, never run: the parser's
+    own limits bound it; a script past MAX_COMPILED_BYTES is left to its runs), or None."""
+    try:
+        source, longer = read_untrusted(path, MAX_COMPILED_BYTES)
+    except (OSError, UntrustedFileError):
+        return None  # the runs say what is wrong with it
+    if longer:
+        return None
+    try:
+        compile(source, path.name, "exec", dont_inherit=True)
+    except SyntaxError as exc:  # IndentationError and TabError too
+        where = f" (line {exc.lineno})" if exc.lineno else ""
+        return f"{path.name} does not compile: {exc.msg}{where}"
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nesting past the compiler's depth
+        return f"{path.name} does not compile: {type(exc).__name__}: {exc}"
     return None
 
 
