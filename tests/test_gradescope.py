@@ -112,7 +112,8 @@ def test_without_bubblewrap_the_submission_runs_as_another_uid_and_no_line_of_th
     try:
         place.chmod(0o755)
         root = autograder(place, "p4")
-        (root / "source" / "solutions" / "p4" / "answer_key.yaml").open("a").write(f"# reference-mark-{mark}\n")
+        key = root / "source" / "solutions" / "p4" / "answer_key.yaml"
+        key.write_text(key.read_text() + f"# reference-mark-{mark}\n")
         notebook = root / "source" / "solutions" / "p4" / "p4_concepts.ipynb"
         notebook.write_text(notebook.read_text().replace('"cells": [', f'"cells": [{{"cell_type": "markdown", "id": "mark", "metadata": {{}}, "source": "reference-mark-{mark}"}}, ', 1))
         (place / "staff-notes").mkdir(mode=0o755)  # readable by all: the search must find it

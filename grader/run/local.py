@@ -486,8 +486,8 @@ class LocalRunner:
             leader_gone, orphans = self._await_leader(zygote, job.name)
             leftovers += orphans
         stray += procs.kill_by_env(TOKEN_VARIABLE, token, self.options.kill_wait_s)
-        if domain.sandbox is not None:  # the uid tier: the rest of the uid's processes (bubblewrap's: nothing)
-            stray += domain.sandbox.clear_uid(keep=zygote.proc.pid, wait_s=self.options.kill_wait_s)
+        if domain.sandbox is not None:  # the uid tier: the rest of the uid's processes, counted (its files go with clear())
+            stray += domain.sandbox.end_processes(keep=zygote.proc.pid, wait_s=self.options.kill_wait_s)
         telemetry = sampler.stop() if sampler is not None else None
         launcher_lost = not leader_gone and not zygote.alive()
         if launcher_lost:

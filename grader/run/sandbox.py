@@ -285,19 +285,23 @@ class Sandbox:
             self._mounts.remove(root)
             _unmount(root)
 
-    def clear_uid(self, keep: int | None = None, wait_s: float = RELEASE_WAIT_S) -> int:
-        """The uid tier's end of a job: kill every process of the uid but `keep` (the
-        launcher), then remove the uid's files in the shared scratch folders and its SysV IPC
-        objects. The uid is this grading's alone, so all of them are the job's. Returns how
-        many processes were killed. (Bubblewrap's namespaces make this the launcher's and the
-        grader's business: nothing to do there.)"""
+    def end_processes(self, keep: int | None = None, wait_s: float = RELEASE_WAIT_S) -> int:
+        """The uid tier: kill every process of the uid but `keep` (the launcher); how many. The
+        uid is this grading's alone, so all of them are the job's. (Bubblewrap's namespaces make
+        this the launcher's and the grader's business: nothing to do there.)"""
         if self.bwrap is not None or not self.drop:
             return 0
-        killed = procs.kill_until_gone(lambda: [pid for pid in procs.pids_of_uids(range(self.uid, self.uid + 1)) if pid != keep], wait_s)
+        return procs.kill_until_gone(lambda: [pid for pid in procs.pids_of_uids(range(self.uid, self.uid + 1)) if pid != keep], wait_s)
+
+    def clear_uid(self, keep: int | None = None) -> None:
+        """The uid tier's end of a job: its processes ended (`end_processes`), then the uid's
+        files in the shared scratch folders, its SysV IPC objects and POSIX queues removed."""
+        if self.bwrap is not None or not self.drop:
+            return
+        self.end_processes(keep)
         remove_files_of(self.uid, SHARED_SCRATCH)
         remove_sysv_of(self.uid)
         remove_message_queues_of(self.uid)
-        return killed
 
     def __enter__(self) -> "Sandbox":
         return self
