@@ -44,7 +44,7 @@ class StoreError(ValueError):
 
 def safe_name(value: str, what: str) -> str:
     """`value` if it can name a folder (no '/', no '..', no hidden file)."""
-    if not _NAME.match(value) or ".." in value:
+    if not _NAME.fullmatch(value) or ".." in value:  # fullmatch: "$" alone would let a final newline through
         raise StoreError(f"{what} {value!r} cannot be used as a file name (letters, digits, . _ @ - only)")
     return value
 

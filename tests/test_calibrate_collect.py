@@ -63,5 +63,7 @@ def test_store_names_and_bad_deadlines_are_refused(tmp_path: Path) -> None:
     store = ResultsStore(tmp_path)
     with pytest.raises(StoreError, match="student '../etc' cannot be used as a file name"):
         store.path_for("../etc", "p6", "abc")
+    with pytest.raises(StoreError, match="student 'alice\\\\n' cannot"):  # a final newline, which "$" alone lets through
+        store.path_for("alice\n", "p6", "abc")
     assert run_cli("collect", str(tmp_path), "--csv", str(tmp_path / "g.csv"), "--deadline", "next friday").returncode == 2
     assert parse_time("2026-12-01T10:00:00").tzinfo is not None

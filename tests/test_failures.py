@@ -75,6 +75,16 @@ def test_timeouts_say_where_each_stuck_rank_waits() -> None:
     assert text == "did not finish within 60 s (a hang?): rank 0 waits at p6_ddp.py:90 in <module>: loss.backward(); rank 1 had already ended (exit 0)"
 
 
+def test_a_job_stopped_for_using_no_cpu_says_so_in_seconds() -> None:
+    run = ddp_run()
+    run.timed_out, run.stalled_s, run.wall_s = True, 4.0, 6.25
+    for rank in run.ranks:
+        rank.status = None
+        rank.stack = [Frame("p6_ddp.py", 97, "<module>", "dist.recv(torch.zeros(1), src=0)")]
+    text = failures.explain(run)
+    assert text.startswith("hung: stopped after 6.2 s, when none of its processes had used the CPU for 4 s (waiting for something that never comes): rank 0 waits at p6_ddp.py:97"), text
+
+
 def test_signals_skips_and_errors() -> None:
     run = ddp_run()
     run.ranks[1].status = "signal:11"

@@ -75,10 +75,10 @@ def test_a_grading_runs_the_planned_jobs_with_a_fresh_seed(tmp_path: Path) -> No
     assert result.score == 7 and result.error == "check broken failed: ZeroDivisionError: bug in a check"
 
 
-def test_each_launch_is_announced_as_it_starts(tmp_path: Path) -> None:
+def test_each_launch_is_announced_as_it_starts_and_as_it_ends(tmp_path: Path) -> None:
     lines: list[str] = []
     grade(practical(tmp_path), submission(tmp_path), FakeRunner(healthy), GradeOptions(progress=lines.append))
-    assert lines == ["run ws2 (1 node × 2 ranks)", "run 2x2 (2 nodes × 2 ranks)"]
+    assert lines == ["run ws2 (1 node × 2 ranks)", "ws2: ok in 0.0 s", "run 2x2 (2 nodes × 2 ranks)", "2x2: ok in 0.0 s"]
 
 
 def test_public_only_and_world_size_override_change_the_plan(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from grader.probe.recorder.events import DdpArgs, Globals, Raised
 from grader.probe.messages import DdpOptions
 from grader.run import procs
 from grader.run.job import JobSpec, Layout
-from grader.run.local import TOKEN_VARIABLE, LocalRunner
+from grader.run.local import TOKEN_VARIABLE, LocalRunner, LocalRunnerOptions
 
 pytestmark = pytest.mark.slow
 
@@ -107,6 +107,20 @@ def test_exit_statuses_exceptions_and_crashes_are_told_apart(runner: LocalRunner
     assert result.ranks[2].stack and result.ranks[2].stack[-1].line == 9
     assert "Traceback (most recent call last):\n  File \"main.py\", line 7, in <module>" in result.ranks[1].stderr_tail
     assert "grader" not in result.ranks[1].stderr_tail
+
+
+def test_a_job_that_stops_using_the_cpu_is_stopped_as_hung_and_a_busy_one_is_not(tmp_path: Path) -> None:
+    """The kernel's count of the job's CPU time decides: ranks asleep (or waiting for each
+    other) for the stall window are stopped then, with their stacks; ranks that compute for
+    longer than the window, or pause for less, run to their end."""
+    (tmp_path / "runs").mkdir()
+    with LocalRunner(tmp_path / "runs", LocalRunnerOptions(stall_s=1.5)) as watched:
+        asleep = watched.run(script_job(tmp_path, "asleep", "import time\nx = sum(range(10**6))\ntime.sleep(300)\n", Layout(1, 2), timeout_s=30))
+        busy = watched.run(script_job(tmp_path, "busy", "import time\nfor _ in range(3):\n    time.sleep(0.8)\n    end = time.monotonic() + 1.0\n    while time.monotonic() < end:\n        pass\n", timeout_s=30))
+    assert asleep.timed_out and asleep.stalled_s == 1.5 and 1.5 <= asleep.wall_s < 6, asleep.wall_s
+    assert all(r.stack and r.stack[-1].code == "time.sleep(300)" for r in asleep.ranks)
+    assert not busy.timed_out and busy.stalled_s is None and busy.ranks[0].status == "exit:0", busy
+    assert procs.pids_with_env_name(TOKEN_VARIABLE) == []
 
 
 def test_a_hang_is_killed_at_the_timeout_with_its_stack_and_its_daemons(runner: LocalRunner, tmp_path: Path) -> None:

@@ -339,8 +339,12 @@ def _run_all(
     """Every planned launch in order; the timed runs last, round by round: in each of the
     `repeats` rounds, every timed run's reference launch (when `referenced`) and then its own
     (the submission's launches leave the time the reference's planned launches need: `reserve`);
+    each checked run may take at most its share of the time left (that time over the checked
+    runs still to come, and the timed runs as one more), so a run that hangs while it keeps
+    the CPU busy leaves every later run its time, and no check is relabelled "not run";
     then, round by round, up to `repeats` more for the timed runs still `doubtful` (a speed
-    check would fail them on the launches so far). A run in `clocked` (timed by the grader's
+    check would fail them on the launches so far). A run whose own launch failed (crashed,
+    hung) is launched no more: its side cannot be timed. A run in `clocked` (timed by the grader's
     clock: name -> its short and long step counts) is launched in pairs (`_round_order`). The reference's
     launches build their DDP with the submission's costly options, as `adopt` finds them in the
     checked runs."""
@@ -355,10 +359,10 @@ def _run_all(
         waiting = max(planned - len(seen), 0)
         return min(waiting * (RESERVE_MARGIN * max(seen) if seen else REFERENCE_LAUNCH_S), MAX_RESERVE_SHARE * budget_s)
 
-    def launch(run: RunDef, role: str, repeat: int, steps: int | None = None) -> JobResult:
+    def launch(run: RunDef, role: str, repeat: int, steps: int | None = None, shares: int = 1) -> JobResult:
         kept = 0.0 if role == "reference" else reserve()
         left = deadline - time.monotonic() - kept
-        job = job_for(run, max(left, 0.0), role, repeat, steps)
+        job = job_for(run, max(left / shares, 0.0), role, repeat, steps)
         if role == "reference":
             job = replace(job, ddp_options=chosen)
         if problem:
@@ -366,13 +370,17 @@ def _run_all(
         if left < MIN_RUN_S:
             kept_note = f" ({kept:.0f} s of it are kept for the reference solution's timed launches)" if kept else ""
             return JobResult(spec=job, ranks=[], skipped=f"the grading's time budget ({budget_s:g} s) was used up by earlier runs{kept_note}")
-        if progress is not None:
-            progress(f"run {job.name} ({job.describe()})")
-        return runner.run(job)
+        if progress is None:
+            return runner.run(job)
+        progress(f"run {job.name} ({job.describe()})")
+        result = runner.run(job)
+        progress(f"{job.name}: {_ended(result)} in {result.wall_s:.1f} s")
+        return result
 
     own: dict[str, list[JobResult]] = {run.name: [] for run in timed}
     reference: dict[str, list[JobResult]] = {run.name: [] for run in timed}
-    results = {run.name: launch(run, "own", 0) for run in runs if run not in timed}
+    checked = [run for run in runs if run not in timed]
+    results = {run.name: launch(run, "own", 0, shares=len(checked) - index + bool(timed)) for index, run in enumerate(checked)}
     chosen = adopt(results.values())
     pending = timed
     for repeat in range(2 * repeats if timed else 0):
@@ -380,11 +388,22 @@ def _run_all(
             pending = tuple(run for run in timed if doubtful(run.name, TimedRuns(tuple(own[run.name]), tuple(reference[run.name]))) and _room_for(run.name, own, reference, deadline))
         for run in pending:
             for steps, role in _round_order(clocked.get(run.name)):
+                if any(launch.skipped or failures.explain(launch) for launch in own[run.name]):
+                    break  # one failed launch leaves the side untimed (timing.measure): more would only spend the budget
                 if role == "own" or run.name in referenced:
                     (own if role == "own" else reference)[run.name].append(launch(run, role, repeat, steps))
     results.update({name: launches[0] for name, launches in own.items()})
     ordered = {run.name: results[run.name] for run in runs}
     return ordered, {name: TimedRuns(tuple(own[name]), tuple(reference[name])) for name in own}
+
+
+def _ended(result: JobResult) -> str:
+    """How a launch ended, in a word or two, for the terminal ("ok", "hung", "failed")."""
+    if result.stalled_s is not None:
+        return f"hung (no CPU for {result.stalled_s:g} s), stopped"
+    if result.timed_out:
+        return "stopped at its time limit"
+    return "failed" if result.error or failures.explain(result) else "ok"
 
 
 def _checked_timings(practical: Practical, args: Mapping[str, Any], carried_runs: tuple[RunDef, ...], timings: dict[str, TimedRuns]) -> dict[str, TimedRuns]:

@@ -104,6 +104,7 @@ class JobResult:
     spec: JobSpec
     ranks: list[RankResult]
     timed_out: bool = False
+    stalled_s: float | None = None  # the job was stopped early as hung: none of its processes had used the CPU for this long
     wall_s: float = 0.0
     leftovers: int = 0
     error: str | None = None

@@ -86,6 +86,32 @@ IPC_REMOVED = "ipcrm --all; mount -t mqueue none /mnt && find /mnt -mindepth 1 -
 DISK_FULL_BYTES = 1 << 20  # a grading folder with less free space than this after a job was filled by it
 
 
+IDLE_POLL_S = 0.5  # how often a running job's CPU time is read
+IDLE_TICKS = 2  # CPU time (clock ticks, 10 ms each) a job may use in its stall window and still count as idle: a hung job's threads waking up now and then
+REAL_GPU_STALL_FACTOR = 4  # ranks on a real GPU may wait for its kernels without using the CPU
+
+
+@dataclass
+class IdleWatch:
+    """Whether a job has stopped using the CPU: every IDLE_POLL_S, the CPU time of the launcher
+    and every process below it (the kernel's count, `procs.tree_cpu_ticks`). A job whose
+    processes all sleep for `window_s` (ranks waiting in a collective that never comes, a
+    `time.sleep` or a read that never returns) is hung: the grader stops it then instead of at
+    the run's time limit. A busy hang keeps the CPU busy and runs to the limit."""
+
+    root: int  # the launcher's pid on the host
+    window_s: float
+    _ticks: int = -1
+    _since: float = 0.0
+
+    def idle(self) -> bool:
+        """Whether the job used at most IDLE_TICKS of CPU in the last `window_s` seconds."""
+        now, ticks = time.monotonic(), procs.tree_cpu_ticks(self.root)
+        if self._ticks < 0 or ticks - self._ticks > IDLE_TICKS:
+            self._ticks, self._since = ticks, now
+        return now - self._since >= self.window_s
+
+
 DDP_WARM_MODULE = "torch._dynamo"  # DistributedDataParallel imports it on first construction (~2 s)
 
 
@@ -113,6 +139,7 @@ class LocalRunnerOptions:
     submission: TreeLimits = TreeLimits()
     extra_env: dict[str, str] = field(default_factory=dict)
     cgroups: bool = True  # a cgroup per job where the machine offers them
+    stall_s: float = 4.0  # a job none of whose processes used the CPU for this long is stopped as hung (IdleWatch)
     keep_files: bool = False  # keep every job's folder (for debugging; the grading folder is then not a capped tmpfs)
 
 
@@ -434,14 +461,18 @@ class LocalRunner:
         status: dict[int, str] = {}
         leftovers = 0
         leader_gone = False
-        timed_out = False
+        timed_out = stalled = False
         error = None
+        watch = IdleWatch(zygote.proc.pid, self._stall_window(job))
         while True:
-            event = zygote.next_event(deadline)
+            event = zygote.next_event(min(deadline, time.monotonic() + IDLE_POLL_S) if forked else deadline)
             if event is None:
                 if not zygote.alive():
                     break
-                timed_out = True
+                early = time.monotonic() < deadline
+                if early and not watch.idle():
+                    continue
+                timed_out, stalled = True, early
                 break
             if isinstance(event, Forked) and group is not None:
                 forked = True
@@ -499,6 +530,7 @@ class LocalRunner:
             spec=job,
             ranks=ranks,
             timed_out=timed_out and not launcher_lost,
+            stalled_s=watch.window_s if stalled and not launcher_lost else None,
             wall_s=wall,
             leftovers=leftovers + stray,
             launcher_lost=launcher_lost,
@@ -508,6 +540,12 @@ class LocalRunner:
             notes=notes,
             traffic=traffic,
         )
+
+    def _stall_window(self, job: JobSpec) -> float:
+        """How long every process of `job` may use no CPU before the job is stopped as hung:
+        longer where its ranks may wait for a real GPU's work."""
+        real_gpus = self.gpus is not None and not job.hide_gpus and not job.virtual_gpus
+        return self.options.stall_s * (REAL_GPU_STALL_FACTOR if real_gpus else 1)
 
     def _admit(self, zygote: _Zygote, leader: int, group: JobGroup) -> str | None:
         """Move the held leader into the job's cgroup and open its gate; or why not."""

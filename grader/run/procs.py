@@ -83,6 +83,29 @@ def kill_group_quietly(pgid: int) -> None:
         pass
 
 
+def tree_cpu_ticks(ancestor: int) -> int:
+    """The CPU time, in clock ticks, that `ancestor` and every process below it have used
+    (user and system, their reaped children's included), read from /proc/<pid>/stat: the
+    kernel's count, which the processes cannot write."""
+    table: dict[int, tuple[int, int]] = {}
+    for pid in all_pids():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            table[pid] = int(fields[1]), sum(int(field) for field in fields[11:15])  # ppid; utime, stime, cutime, cstime
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    total = 0
+    for pid, (parent, ticks) in table.items():
+        step, seen = pid, 0
+        while step > 1 and seen < 64:
+            if step == ancestor:
+                total += ticks
+                break
+            step, seen = table.get(step, (0, 0))[0], seen + 1
+    return total
+
+
 def _parent_and_nspids(pid: int) -> tuple[int, list[int]] | None:
     try:
         with open(f"/proc/{pid}/status", "rb") as handle:
