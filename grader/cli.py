@@ -19,6 +19,7 @@
     python -m grader submit P DIR --results-dir R a grading job (Slurm or local); --wait for the result
     python -m grader dispatch --results-dir R     start, watch and retry the queued gradings
     python -m grader hook install REPO ...        grade every git push to a bare repository
+    python -m grader roster CSV --repos D ...     each student's bare repository: the export, the hook
     python -m grader status --results-dir R       what was graded, what is queued
     python -m grader regrade --results-dir R ...  grade stored results again (by practical, student, commit, errors, stale)
 
@@ -33,8 +34,10 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import getpass
 import hashlib
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -76,6 +79,7 @@ from grader.submit.feedback import stored_feedback
 from grader.submit.problems import open_problems
 from grader.submit.queue import Queue, Submission
 from grader.submit.regrade import Selection, regrade
+from grader.submit.roster import RosterError, access_instructions, create_repositories, read_roster
 from grader.submit.worker import work
 
 CHECK_FOLDERS_KEPT = 3  # a student's self-checks keep their latest results and views, not every one
@@ -100,6 +104,13 @@ def _fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, e.g. 0.8, found {text}")
     return value
+
+
+def _id_list(text: str) -> list[str]:
+    ids = [part.strip() for part in text.split(",") if part.strip()]
+    if not ids:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ids, e.g. p4,p6, found {text!r}")
+    return ids
 
 
 def _store_folder(text: str) -> Path:
@@ -232,6 +243,12 @@ def _parser() -> argparse.ArgumentParser:
     hr.add_argument("--repo", type=Path, required=True, help="the bare repository")
     hr.add_argument("--student", required=True, help="whose repository")
     backend_options(hr)
+
+    ro = commands.add_parser("roster", help="make each student's bare repository from a roster CSV: seeded with the student export, the hook installed")
+    ro.add_argument("roster", type=Path, help="CSV file: a header line with a `student` column (other columns are ignored), then one student a line")
+    ro.add_argument("--repos", type=Path, required=True, help="the folder of the repositories: each student's is REPOS/<student>.git")
+    ro.add_argument("--practicals", type=_id_list, help="comma-separated practical ids the export holds, e.g. p4,p6 (default: all the course's)")
+    backend_options(ro)
 
     rg = commands.add_parser("regrade", help="grade stored results again (keeping the earlier ones): by practical, student, commit, errors or stale")
     backend_options(rg, job_options=False)
@@ -674,6 +691,33 @@ def cmd_hook(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_roster(args: argparse.Namespace) -> int:
+    """Each student's repository of the roster; exit 1 when one (or all) could not be made."""
+    course = _course(args)
+    practicals = args.practicals or list(course.practicals)
+    unknown = [p for p in practicals if p not in course.practicals]
+    if unknown:
+        print(f"error: unknown practical(s) {', '.join(unknown)}; this course has: {', '.join(course.practicals)}", file=sys.stderr)
+        return 1
+    try:
+        students = read_roster(args.roster)
+        made = create_repositories(course, students, args.repos, practicals, args.results_dir, args.backend, _job_options(args))
+    except (RosterError, ExportRefused, MarkerError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)  # a roster's cells are shown with repr(): escaped
+        return 1
+    for student in made.created:
+        _say(f"created {made.repository(student)}")
+    for student in made.kept:
+        _say(f"kept    {made.repository(student)} (it exists: left as it is)")
+    for student, why in made.failed:
+        _say(f"failed  {student}: {why}", sys.stderr)
+    print(f"{len(made.created)} created, {len(made.kept)} kept, {len(made.failed)} failed; the export holds {', '.join(practicals)}")
+    print()
+    for line in access_instructions(args.repos, getpass.getuser(), socket.gethostname(), students[0]):
+        print(line)
+    return 1 if made.failed else 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     store = ResultsStore(args.results_dir)
     rows = [e for e in store.entries() if args.student in (None, e.student)]
@@ -735,6 +779,7 @@ COMMANDS = {
     "dispatch": cmd_dispatch,
     "work": cmd_work,
     "hook": cmd_hook,
+    "roster": cmd_roster,
     "status": cmd_status,
     "regrade": cmd_regrade,
 }

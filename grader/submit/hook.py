@@ -43,17 +43,20 @@ def job_arguments(options: dict) -> list[str]:
     return [part for key, flag in names.items() if options.get(key) for part in (flag, str(options[key]))]
 
 
-def install(repo: Path, results_dir: Path, backend: str, options: dict, course_root: Path, student: str | None = None) -> Path:
-    """Write the repository's post-receive hook; returns its path."""
+def install(repo: Path, results_dir: Path, backend: str, options: dict, course_root: Path, student: str | None = None, at: Path | None = None) -> Path:
+    """Write the repository's post-receive hook; returns its path. `at`: where the repository
+    will be when students push to it, for one made in a temporary folder and moved there
+    afterwards (`grader roster`); the hook and the store's record name that place."""
     if not (repo / "HEAD").is_file() or not (repo / "objects").is_dir():
         raise ValueError(f"{repo} is not a bare git repository")
-    student = safe_name(student or repo.name.removesuffix(".git"), "student")
+    home = Path(at) if at is not None else Path(repo)
+    student = safe_name(student or home.name.removesuffix(".git"), "student")
     try:  # first: a store that cannot take the record would leave pushes that nothing grades
-        register(ResultsStore(results_dir), student, repo, backend, options)
+        register(ResultsStore(results_dir), student, home, backend, options)
     except OSError as exc:
         raise ValueError(f"the results store {results_dir} cannot record the repository: {exc.strerror or exc}") from None
     exports = "".join(f"export {name}={shlex.quote(os.environ[name])}\n" for name in KEPT_ENVIRONMENT if os.environ.get(name))
-    command = [sys.executable, "-m", "grader", "--course-root", str(Path(course_root).resolve()), "hook", "receive", "--repo", str(repo.resolve()), "--results-dir", str(results_dir.resolve()), "--backend", backend, *job_arguments(options), "--student", student]
+    command = [sys.executable, "-m", "grader", "--course-root", str(Path(course_root).resolve()), "hook", "receive", "--repo", str(home.resolve()), "--results-dir", str(results_dir.resolve()), "--backend", backend, *job_arguments(options), "--student", student]
     hook = repo / "hooks" / "post-receive"
     hook.parent.mkdir(exist_ok=True)
     hook.write_text(

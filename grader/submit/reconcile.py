@@ -25,9 +25,14 @@ REGISTRY = "repositories"
 BRANCHES = ("refs/heads/main", "refs/heads/master")
 
 
+def record_path(store: ResultsStore, student: str) -> Path:
+    """Where the store records `student`'s repository (`register`)."""
+    return store.root / REGISTRY / f"{safe_name(student, 'student')}.json"
+
+
 def register(store: ResultsStore, student: str, repo: Path, backend: str, options: dict) -> Path:
     """Record a student's repository for reconciliation; returns the record's path."""
-    path = store.root / REGISTRY / f"{safe_name(student, 'student')}.json"
+    path = record_path(store, student)
     store.staff_folder(path.parent)
     write_atomically(path, json.dumps({"student": student, "repo": str(Path(repo).resolve()), "backend": backend, "options": options}, indent=2) + "\n", mode=0o640)
     return path
