@@ -157,6 +157,12 @@ class Measurement:
     recorded_s: float | None = None  # by the grader's clock: the median step the submission's own records claim
     outside_s: float | None = None  # by the grader's clock: the least time a launch spent outside its steps (start-up, end), over the pairs
     charged_s: float = 0.0  # of that, beyond the reference's, spread over the long launch's steps (`charged`)
+    means_s: tuple[float, ...] = ()  # per launch that could be timed, in launch order: the mean of all its timed steps (what its steps cost in all); by the grader's clock, the pair's step
+
+    @property
+    def launch_means_s(self) -> tuple[float, ...]:
+        """Per launch, the mean of its timed steps (by the grader's clock: its pair's step)."""
+        return self.means_s or self.medians_s
 
     @property
     def timed(self) -> bool:
@@ -220,6 +226,7 @@ class Measurement:
             "undisturbed_step_s": round(self.undisturbed_s, 6),
             "timed_steps": len(self.steps_s),
             "launch_medians_s": [round(m, 6) for m in self.medians_s],
+            "launch_means_s": [round(m, 6) for m in self.launch_means_s],
             **clock,
         }
 
@@ -307,7 +314,7 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
         return own
     extra = own.outside_s - reference.outside_s
     per_step = extra / own.pair_steps[1]
-    return replace(own, medians_s=tuple(m + per_step for m in own.medians_s), steps_s=tuple(m + per_step for m in own.steps_s), charged_s=extra)
+    return replace(own, medians_s=tuple(m + per_step for m in own.medians_s), steps_s=tuple(m + per_step for m in own.steps_s), means_s=tuple(m + per_step for m in own.means_s), charged_s=extra)
 
 
 def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
@@ -317,6 +324,7 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
     if launches and launches[0].spec.clock_steps is not None:
         return _clocked(launches, warmup)
     medians: list[float] = []
+    means: list[float] = []
     steps: list[float] = []
     problem = None if launches else "it was not launched"
     for launch in launches:
@@ -329,5 +337,6 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
             problem = problem or outcome or f"no optimizer step after the first {max(warmup, 1)} could be timed"
             continue
         medians.append(statistics.median(seconds))
+        means.append(statistics.fmean(seconds))
         steps.extend(seconds)
-    return Measurement(tuple(medians), len(launches), problem, tuple(steps))
+    return Measurement(tuple(medians), len(launches), problem, tuple(steps), means_s=tuple(means))
