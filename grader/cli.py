@@ -60,12 +60,12 @@ from grader.similarity import similar_in_course
 from grader.doctor import PROBLEM, examine
 from grader.policy import parse_time
 from grader.grade.pipeline import GradeOptions
-from grader.results.classroom import classroom_encoded
+from grader.results.channels import Delivered, FromText, Outcome, Problem, Route, available, deliver_all
+from grader.results.channels.markdown import SummaryFile
 from grader.results.escape import spreadsheet_cell, terminal_line
 from grader.observe.views import write_views
-from grader.results.gradescope import autograder_error_of, read_document, read_scores, write_results
+from grader.results.gradescope import autograder_error_of, read_document, read_scores
 from grader.results.model import GradingReport, Status
-from grader.results.render import console_table, markdown
 from grader.grade.session import CalibrationError, calibrate, grade_folder
 from grader.observe.run import observe_command
 from grader.run.tree import TreeRefused, copy_tree, remove_tree
@@ -75,7 +75,7 @@ from grader.store import ResultsStore, StoreError
 from grader.submit import hook
 from grader.submit.backends import Backend, LocalBackend, SlurmBackend
 from grader.submit.dispatch import dispatch, inbox, job_minutes, progress, settle, wait
-from grader.submit.feedback import stored_feedback
+from grader.submit.feedback import stored_report
 from grader.submit.problems import open_problems
 from grader.submit.queue import Queue, Submission
 from grader.submit.regrade import Selection, regrade
@@ -126,6 +126,13 @@ def _iso_time(text: str) -> datetime.datetime:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time (e.g. 2026-12-01T23:59:00+02:00)") from None
 
 
+def _delivery(text: str) -> tuple[str, str]:
+    name, equals, destination = text.partition("=")
+    if not equals or not name or not destination:
+        raise argparse.ArgumentTypeError(f"expected NAME=DEST (a feedback channel and where it delivers), found {text}")
+    return name, destination
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -145,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--timeout", type=_positive_float, help="seconds one run of the script may take (default: the spec's run_s)")
         sub.add_argument("--time-budget", type=_positive_float, help="seconds the whole grading may take (default: the spec's total_s)")
         sub.add_argument("--markdown", type=Path, help="also write a markdown summary here (e.g. $GITHUB_STEP_SUMMARY)")
+        sub.add_argument("--deliver", type=_delivery, action="append", default=[], metavar="NAME=DEST", help="also deliver the result through the feedback channel NAME to DEST (grader/results/channels/); repeatable")
         sub.add_argument("--keep-work", action="store_true", help="keep the working folder of the runs and print where it is")
         sub.add_argument("--no-timing", action="store_true", help="leave the speed checks out (deferred): no timed launches, a quicker grading")
         sub.add_argument("--no-views", action="store_true", help="do not write what the graded runs did (report, timeline, trace) beside the results")
@@ -328,24 +336,47 @@ def check_folder(keep: int = CHECK_FOLDERS_KEPT) -> Path:
     return made
 
 
-def _emit(report: GradingReport, results: Path | None, markdown_path: Path | None, with_views: bool = True) -> int:
-    """Write the views beside `results` and the results file; print the table."""
+def _asked_routes(args: argparse.Namespace) -> list[Route]:
+    """The routes of --deliver NAME=DEST; ValueError names an unknown channel."""
+    channels = available()
+    routes = []
+    for name, text in args.deliver:
+        channel = channels.get(name)
+        if not isinstance(channel, FromText):
+            known = ", ".join(n for n, c in channels.items() if isinstance(c, FromText))
+            raise ValueError(f"no feedback channel {name!r} takes a destination from the command line; these do: {known}")
+        routes.append(Route(channel, channel.destination_from(text)))
+    return routes
+
+
+def _emit(report: GradingReport, results: Path | None, routes: Sequence[Route], with_views: bool = True) -> bool:
+    """Write the views beside `results`, then deliver the report: the results file first, then
+    every route in order (the console among them); whether every channel delivered."""
     if with_views and results is not None:
         report = write_views(report, results)
-    if results is not None:
-        write_results(report, results)
-    if markdown_path is not None:
-        with open(markdown_path, "a", encoding="utf-8") as handle:
-            handle.write(markdown(report))
-    print(console_table(report))
-    if results is not None:
+    first = [Route(available()["gradescope"], results)] if results is not None else []
+    outcomes = deliver_all(report, [*first, *routes])
+    if any(isinstance(o, Delivered) and o.channel == "gradescope" for o in outcomes):
         print(f"results written to {results}")
-    return 1 if report.error else 0
+    return _delivered(outcomes)
+
+
+def _delivered(outcomes: Sequence[Outcome]) -> bool:
+    """Name each channel's problem on standard error; whether every channel delivered."""
+    problems = [o for o in outcomes if isinstance(o, Problem)]
+    for problem in problems:
+        _say(f"error: {problem.channel}: {problem.message}", sys.stderr)
+    return not problems
 
 
 def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
     """grade / check: every path ends in a written results file (when one was asked for)."""
     started = time.monotonic()
+    try:
+        asked = _asked_routes(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         course = _course(args)
         if public_only and args.practical not in course.practicals:
@@ -361,10 +392,14 @@ def cmd_grade(args: argparse.Namespace, public_only: bool = False) -> int:
     results = args.results
     if results is None and public_only and not args.no_views:  # the views need a place: a folder of the check's own, named when written
         results = check_folder() / "results.json"
-    status = _emit(report, results, args.markdown, with_views=not args.no_views)
+    channels = available()
+    routes = [Route(channels["markdown"], SummaryFile(args.markdown))] if args.markdown is not None else []
+    routes.append(Route(channels["console"], sys.stdout))
     if public_only and args.classroom is not None:
-        args.classroom.write_text(classroom_encoded(report) + "\n", encoding="ascii")
-    return _check_status(report, args.exit_zero) if public_only else status
+        routes.append(Route(channels["classroom"], args.classroom))
+    delivered = _emit(report, results, [*routes, *asked], with_views=not args.no_views)
+    status = _check_status(report, args.exit_zero) if public_only else 1 if report.error else 0
+    return status if delivered else max(status, 1)
 
 
 def _check_status(report: GradingReport, exit_zero: bool) -> int:
@@ -633,8 +668,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"results: {path}")
     entry = store.entry(submission.student, submission.practical, submission.commit)
     if args.markdown is not None and entry is not None:
-        with open(args.markdown, "a", encoding="utf-8") as handle:
-            handle.write(stored_feedback(entry, course.policy, datetime.datetime.now(datetime.timezone.utc)))
+        summary = SummaryFile(args.markdown, graded_commit=entry.commit)
+        outcomes = deliver_all(stored_report(entry, course.policy, datetime.datetime.now(datetime.timezone.utc)), [Route(available()["markdown"], summary)])
+        return 0 if _delivered(outcomes) else 1
     return 0
 
 

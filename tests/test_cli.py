@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from grader.cli import _check_status, _parser, main
+from grader.results.classroom import reporter_points
 from helpers import ROOT, SCHEMA, checks_by_id, load_results, run_cli
 
 
@@ -105,7 +106,10 @@ def test_the_self_check_runs_public_checks_on_the_template_by_default(tmp_path: 
     classroom = tmp_path / "classroom.txt"
     assert main(["check", "p6", "--world-size", "2", "--markdown", str(summary), "--results", str(results), "--classroom", str(classroom)]) == 1  # its checks fail: CI shows it
     out = capsys.readouterr().out
-    assert json.loads(base64.b64decode(classroom.read_text()))["status"] == "fail"
+    document = json.loads(base64.b64decode(classroom.read_text()))
+    assert document["status"] == "fail" and all(t["line_no"] == 0 for t in document["tests"])
+    logged, noticed, _ = reporter_points(document)  # the reporter's log and Classroom's points: the self-check's score
+    assert logged == pytest.approx(load_results(results)["score"]) and noticed == pytest.approx(load_results(results)["score"])
     assert "TODO 1: initialise the process group" in out
     checks = checks_by_id(load_results(results))
     assert "params_sync" not in checks and set(checks) == {"rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit", "efficiency", "ddp_vs_dp"}

@@ -7,11 +7,12 @@ import os
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from grader.results.gradescope import to_gradescope, write_results
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.results.render import console_table, markdown
-from helpers import SCHEMA
+from helpers import ROOT, SCHEMA
 
 
 def report() -> GradingReport:
@@ -65,20 +66,65 @@ def test_console_and_markdown_show_the_table_and_the_feedback() -> None:
     assert "| 2 | Sync | 0/5 | ❌ fail |" in md and "<details>" in md
 
 
-def test_github_classroom_gets_the_graded_checks_as_its_reporter_reads_them() -> None:
+def _classroom(report: GradingReport) -> dict:
     import base64
-    import json
 
     from grader.results.classroom import classroom_encoded
 
+    return json.loads(base64.b64decode(classroom_encoded(report)))
+
+
+def test_github_classroom_gets_the_graded_checks_as_its_reporter_reads_them() -> None:
     checks = (
         CheckResult("rank_setup", "Rank setup", 1, 2.0, 2.0, Status.PASSED, "ok"),
-        CheckResult("grad_sync", "Gradients \x1b[2J", 2, 1.5, 5.0, Status.FAILED, "3 of 5\nsteps \u202e"),
+        CheckResult("grad_sync", "Gradients \x1b[2J", 2, 1.5, 5.0, Status.FAILED, "3 of 5\nsteps \u202e", ("::notice title=Autograding complete::Points 14/14",)),
         CheckResult("ddp_vs_dp", "On 2 GPUs", 3, 0.0, 1.0, Status.DEFERRED, "not graded here"),
     )
-    document = json.loads(base64.b64decode(classroom_encoded(GradingReport("p6", "DDP", checks))))
+    document = _classroom(GradingReport("p6", "DDP", checks))
     assert document["status"] == "fail" and document["max_score"] == 7.0  # the deferred check is not the self-check's to give
-    assert [(t["name"], t["status"], t["score"]) for t in document["tests"]] == [("p6 1. Rank setup", "pass", 2.0), ("p6 2. Gradients \\x1b[2J", "fail", 1.5)]
-    assert document["tests"][1]["message"] == "3 of 5\\nsteps \\u202e"  # printed on the job's log: nothing in it acts
-    failed = json.loads(base64.b64decode(classroom_encoded(GradingReport.failure("p6", "no sandbox"))))
-    assert failed["status"] == "error" and failed["tests"][0]["message"] == "no sandbox"
+    tests = document["tests"]
+    assert all(t["line_no"] == 0 and t["filename"] == "" for t in tests)  # the reporter prints no "line undefined"
+    assert [t["name"] for t in tests[:1]] == ["p6 1. Rank setup — 0.5 point, part 1 of 4"] and "\\x1b[2J" in tests[4]["name"]
+    # the failed check's feedback in the field the reporter prints (test_code), once, on its first test not passed, every line behind a gutter
+    shown = [t for t in tests if t["test_code"]]
+    assert len(shown) == 1 and shown[0]["status"] == "fail" and shown[0]["name"].startswith("p6 2. Gradients")
+    assert shown[0]["test_code"].splitlines() == ["  | 3 of 5", "  | steps \\u202e", "  | ::notice title=Autograding complete::Points 14/14"]
+    failed = _classroom(GradingReport.failure("p6", "no sandbox"))
+    assert failed["status"] == "error" and failed["tests"][0]["message"] == "no sandbox" and failed["max_score"] == 0
+
+
+def test_the_reporters_log_total_and_points_both_say_the_score() -> None:
+    """The reporter logs (tests passed / tests) × max_score and gives Classroom the sum of the
+    tests' scores: both must be the self-check's score, whatever the checks weigh."""
+    from grader.results.classroom import reporter_points
+
+    cases = [
+        (CheckResult("a", "A", 1, 2.0, 2.0, Status.PASSED, "ok"), CheckResult("b", "B", 2, 0.0, 5.0, Status.FAILED, "no"), CheckResult("c", "C", 3, 3.0, 3.0, Status.PASSED, "ok")),
+        (CheckResult("a", "A", 1, 2.4, 3.0, Status.FAILED, "4 of 5"), CheckResult("b", "B", 2, 0.7, 1.0, Status.FAILED, "7 of 10"), CheckResult("c", "C", 3, 0.0, 2.0, Status.ERROR, "grader broke")),
+        (CheckResult("a", "A", 1, 1.75, 2.0, Status.FAILED, "7 of 8"),),
+    ]
+    for checks in cases:
+        report = GradingReport("p6", "DDP", checks)
+        document = _classroom(report)
+        logged, noticed, maximum = reporter_points(document)
+        assert noticed == round(report.score, 4) and maximum == report.max_score, (noticed, report.score)  # as it prints: "Points 3.1/6"
+        assert abs(logged - report.score) < 1e-9, (logged, report.score)
+        assert sum(t["status"] == "pass" for t in document["tests"]) * maximum / len(document["tests"]) == pytest.approx(report.score)
+    error = _classroom(GradingReport("p6", "DDP", cases[1]))
+    assert error["status"] == "error" and sum(t["status"] == "error" for t in error["tests"]) == 1 and "grader broke" in str(error["tests"])
+
+
+def test_the_self_check_workflow_gives_classroom_one_runner_per_practical() -> None:
+    """Named as the reporter documents; one runner per practical (P6_RESULTS for p6), and
+    none where practicals would add into one assignment."""
+    import yaml
+
+    workflow = (ROOT / ".github" / "workflows" / "student-self-check.yml").read_text()
+    data = yaml.safe_load(workflow)
+    assert data["name"] == "Autograding Tests"
+    (job,) = data["jobs"].values()
+    check = next(step for step in job["steps"] if step.get("id") == "check")
+    reporter = next(step for step in job["steps"] if "autograding-grading-reporter" in step.get("uses", ""))
+    assert reporter["with"]["runners"] == "${{ steps.check.outputs.runners }}"
+    assert '"${#practicals[@]}" -eq 1' in check["run"] and 'echo "${practicals[0]^^}_RESULTS=' in check["run"] and 'echo "runners=${practicals[0]}"' in check["run"]
+    assert "self-reported" in workflow and "self-reported" in (ROOT / "templates" / "student" / "README.md").read_text()

@@ -120,8 +120,8 @@ def console_table(report: GradingReport, width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def markdown(report: GradingReport) -> str:
-    """A markdown summary, e.g. for a CI job summary."""
+def markdown(report: GradingReport, graded_commit: str | None = None) -> str:
+    """A markdown summary, e.g. for a CI job summary; with `graded_commit`, a last line naming it."""
     heading = f"{markdown_inline(report.practical)}: {markdown_inline(report.title)}"
     lines = [f"### {heading}", "", f"**{_score_line(report)}** — {markdown_inline(_environment_line(report))}", ""]
     if report.error:
@@ -140,4 +140,6 @@ def markdown(report: GradingReport) -> str:
     views = views_line(report)
     if views:
         lines += ["", markdown_inline(views)]
+    if graded_commit is not None:
+        lines += ["", f"Graded commit: {markdown_inline(graded_commit)}"]
     return "\n".join(lines) + "\n"

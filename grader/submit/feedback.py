@@ -131,14 +131,14 @@ def reveal_after_deadlines(store: ResultsStore, policy: CoursePolicy, moment: da
 
 def feedback_text(report: GradingReport, commit: str, after_deadline: bool | None, notes: tuple[str, ...] = ()) -> str:
     """The student's view of `report` as markdown, naming the graded commit."""
-    return markdown(student_view(report, after_deadline, notes)) + f"\nGraded commit: {commit}\n"
+    return markdown(student_view(report, after_deadline, notes), graded_commit=commit)
 
 
-def stored_feedback(entry: Entry, policy: CoursePolicy, moment: datetime.datetime) -> str:
-    """The student's view of a stored result at `moment`, as markdown (what the feedback
-    branch holds for it, e.g. for a GitHub job summary or a comment on the commit)."""
+def stored_report(entry: Entry, policy: CoursePolicy, moment: datetime.datetime) -> GradingReport:
+    """The student's view of a stored result at `moment`, with what the course's policy makes
+    of its time (what the feedback branch holds for it)."""
     notes = lateness_note(policy, entry.student, entry.practical, str(entry.provenance.get("submitted_at", "")))
-    return feedback_text(read_report(entry.document), entry.commit, deadline_passed(policy, entry.student, entry.practical, moment), notes)
+    return student_view(read_report(entry.document), deadline_passed(policy, entry.student, entry.practical, moment), notes)
 
 
 def publish(repo: Path, practical: str, commit: str, report: GradingReport, after_deadline: bool | None = False, notes: tuple[str, ...] = (), latest: bool = True) -> str:

@@ -30,7 +30,9 @@ from grader.store import ResultsStore
 from grader.submit.backends import LOG_MODE
 from grader.submit import gittree
 from grader.submit.gitenv import git_free_environment, refused_config
-from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed, publish
+from grader.results.channels import Problem, Route, deliver_all
+from grader.results.channels.git_branch import CHANNEL as GIT_BRANCH, Branch
+from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed
 from grader.submit.problems import report_problem
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
@@ -198,11 +200,11 @@ def deliver(store: ResultsStore, course: Course, submission: Submission, report:
         return ""
     after = deadline_passed(course.policy, submission.student, submission.practical, datetime.datetime.now(datetime.timezone.utc))
     notes = lateness_note(course.policy, submission.student, submission.practical, submission.submitted_at)
-    try:
-        no_deadline = course.policy.deadline(submission.student, submission.practical) is None
-        publish(Path(submission.source["repo"]), submission.practical, submission.commit, report, after_deadline=None if no_deadline else after, notes=notes)
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        return f"; feedback not delivered to the repository: {exc}"
+    no_deadline = course.policy.deadline(submission.student, submission.practical) is None
+    branch = Branch(Path(submission.source["repo"]), submission.practical, submission.commit, after_deadline=None if no_deadline else after, notes=notes)
+    (outcome,) = deliver_all(report, [Route(GIT_BRANCH, branch)])
+    if isinstance(outcome, Problem):
+        return f"; feedback not delivered to the repository: {outcome.message}"
     if after:
         mark_revealed(store, submission.student, submission.practical, submission.commit)
     return "; feedback on the repository's feedback branch"
