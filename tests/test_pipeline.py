@@ -188,3 +188,22 @@ def test_a_script_that_does_not_compile_is_graded_not_run_before_any_run(tmp_pat
     assert ranks.status is Status.FAILED and ranks.summary == "not run: p6_ddp.py does not compile: invalid syntax (line 3) — in every run"
     (folder / "p6_ddp.py").write_text("x = (" * 300 + ")" * 300 + "\n")  # past the parser's nesting: refused by it, quickly
     assert "p6_ddp.py does not compile: too many nested parentheses" in next(c for c in grade(practical(tmp_path), folder, FakeRunner(healthy)).checks if c.id == "rank_setup").summary
+
+
+def test_a_script_that_imports_what_is_not_installed_is_not_run_and_one_that_may_do_without_it_is(tmp_path: Path) -> None:
+    folder = submission(tmp_path)
+    (folder / "p6_ddp.py").write_text("import os\nimport torch.distributed as dist\nfrom wandb_not_here.sdk import init\n")
+    runner = FakeRunner(healthy)
+    ranks = next(c for c in grade(practical(tmp_path), folder, runner).checks if c.id == "rank_setup")
+    assert runner.jobs == []
+    assert ranks.summary.startswith("not run: p6_ddp.py imports wandb_not_here (line 3), which is not installed where the grader runs your code (ModuleNotFoundError: No module named 'wandb_not_here')"), ranks.summary
+    for fine in (
+        "try:\n    import wandb_not_here\nexcept ImportError:\n    wandb_not_here = None\n",  # optional
+        "import helpers_of_mine\n",  # the student's own module, beside the script
+        "import torch.nn as nn\nif False:\n    import wandb_not_here\n",  # installed; and an import under an `if` is the script's business
+    ):
+        (folder / "helpers_of_mine.py").write_text("")
+        (folder / "p6_ddp.py").write_text(fine)
+        runner = FakeRunner(healthy)
+        grade(practical(tmp_path), folder, runner)
+        assert runner.jobs, fine

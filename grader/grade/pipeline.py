@@ -19,6 +19,8 @@ a report whose `error` says so.
 """
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import platform
 import random
@@ -293,10 +295,44 @@ def _missing_scripts(runs: tuple[RunDef, ...], assignment: Assignment, submissio
             found = f" (it holds: {', '.join(present)})" if present else ""
             return f"{script} is not in the submission{found}"
         if script.endswith(".py"):
-            problem = _does_not_compile(submission / script)
+            problem = _does_not_compile(submission / script) or _imports_missing(submission / script)
             if problem:
                 return problem
     return None
+
+
+def _imports_missing(path: Path) -> str | None:
+    """Why the script at `path` stops at its first line: an import, at its top level and
+    outside any `try`, of a module that is neither in the submission's folder nor installed
+    where the grader runs it (found with importlib's finders, which run none of the module's
+    code), or None. Imports inside a `try`, an `if` or a function are the script's own
+    business: it may do without them."""
+    try:
+        source, longer = read_untrusted(path, MAX_COMPILED_BYTES)
+        tree = None if longer else ast.parse(source, path.name)
+    except (OSError, UntrustedFileError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for statement in tree.body if tree is not None else ():
+        if isinstance(statement, ast.Import):
+            names = [alias.name for alias in statement.names]
+        elif isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
+            names = [statement.module]
+        else:
+            continue
+        for name in names:
+            top = name.partition(".")[0]
+            if (path.parent / f"{top}.py").is_file() or (path.parent / top).is_dir() or _installed(top):
+                continue
+            return f"{path.name} imports {top} (line {statement.lineno}), which is not installed where the grader runs your code (ModuleNotFoundError: No module named {top!r}); use what the course's environment has (torch, numpy and the standard library), or ask the course staff"
+    return None
+
+
+def _installed(module: str) -> bool:
+    """Whether a top-level module can be imported here (its spec found; nothing of it run)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return True  # a finder that cannot tell: the runs will
 
 
 def _does_not_compile(path: Path) -> str | None:
