@@ -64,7 +64,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader.course import Practical, load_course, load_practical  # noqa: E402 - after the path is set
-from grader.grade.pipeline import GradeOptions, deferred_checks, plan_runs, reference_launched, timed_runs  # noqa: E402
+from grader.grade.options import GradeOptions  # noqa: E402
+from grader.grade.plan import deferred_checks, plan_runs  # noqa: E402
+from grader.speed.schedule import reference_launched, timed_runs  # noqa: E402
 from grader.spec.model import RunDef  # noqa: E402
 
 PYTHON = sys.executable
@@ -363,7 +365,7 @@ def clocked_section(work: Path, gradings: int) -> list[str]:
         "",
         f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --clocked {gradings}` ({minutes:.0f} min; "
         f"a grading {statistics.median(seconds):.0f} s, median): p6's timed run not carried, as ranks on real GPUs run it, timed by the grader's clock "
-        "around pairs of launches of 16 and 96 steps (batch 1024; 3 rounds, interleaved with the reference's; grader/checks/timing.py).",
+        "around pairs of launches of 16 and 96 steps (batch 1024; 3 rounds, interleaved with the reference's; grader/speed/measure.py).",
         "",
         f"- False fails: p6's reference graded {gradings} times with a busy loop on the last core: **{false_fails} of {gradings}** failed `efficiency` (target 0); "
         f"{untimed} could not be timed (deferred). Ratios: {shown('reference')}.",

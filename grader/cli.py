@@ -436,7 +436,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         practical = load_practical(course, practical_id)
         report = _grade_folder(practical, course.solution_dir(practical_id), GradeOptions(), keep_work=False)
         results = args.results_dir / f"{practical_id}.json" if args.results_dir else None
-        _emit(report, results, None)
+        _emit(report, results, [Route(available()["console"], sys.stdout)])
         full = not report.error and all(c.status in (Status.PASSED, Status.DEFERRED) for c in report.checks)
         print(f"==> {practical_id}: {report.score:g}/{report.max_score:g} {'FULL MARKS' if full else 'NOT FULL MARKS'}\n")
         if not full:

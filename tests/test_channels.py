@@ -175,3 +175,17 @@ def test_the_worker_delivers_to_the_feedback_branch_through_its_channel(tmp_path
     assert "Graded commit: " + "a" * 40 in subprocess.run(["git", "--git-dir", str(bare), "show", "feedback:p6.md"], capture_output=True, text=True, check=True).stdout
     missing = Submission("bob", "p6", "b" * 40, {"kind": "git", "repo": str(tmp_path / "bob.git")})
     assert deliver(store, course, missing, report()).startswith("; feedback not delivered to the repository: git ")
+
+
+def test_verify_delivers_each_reference_grading_to_the_console_and_its_results_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """`grader verify` (the README's main command) goes through the channels as `grade` does:
+    the table on the console, the results file where asked, its verdict per practical."""
+    import grader.cli as cli
+
+    full = GradingReport("p6", "DDP", (CheckResult("rank_setup", "Ranks", 1, 2.0, 2.0, Status.PASSED, "ok"),))
+    monkeypatch.setattr(cli, "_grade_folder", lambda *args, **kwargs: full if args[0].id == "p6" else report())
+    assert cli.main(["verify", "p6", "p10", "--results-dir", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "==> p6: 2/2 FULL MARKS" in out and "==> p10: 2/7 NOT FULL MARKS" in out and "reference solutions below full marks: p10" in out
+    assert "Score: 2 / 2" in out  # the console channel's table
+    assert json.loads((tmp_path / "p6.json").read_text())["score"] == 2

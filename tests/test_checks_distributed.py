@@ -76,7 +76,7 @@ def test_rank_setup_wants_nccl_with_gpus_and_takes_the_default_too() -> None:
 
 
 def test_a_run_whose_ranks_saw_no_gpu_wants_gloo_on_a_gpu_node_too() -> None:
-    """On a GPU node the spec's CPU runs hide the machine's GPUs (pipeline.on_this_machine): a
+    """On a GPU node the spec's CPU runs hide the machine's GPUs (grader/grade/plan.py on_this_machine): a
     rank there saw none, so gloo is right and nccl is the CPU machine's failure."""
     run = ddp_run("ws2", Layout(1, 2))
     hidden = replace(run, spec=replace(run.spec, hide_gpus=True))

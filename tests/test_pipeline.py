@@ -9,7 +9,8 @@ from types import ModuleType
 from grader.checks.base import CheckDef, Verdict
 from grader.checks.distributed import CHECKS
 from grader.course import Practical
-from grader.grade.pipeline import KEEP_BYTES, KEEP_TIMED_BYTES, GradeOptions, carried, carrier_plan, grade, on_this_machine, plan_runs
+from grader.grade.pipeline import GradeOptions, grade
+from grader.grade.plan import KEEP_BYTES, KEEP_TIMED_BYTES, carried, carrier_plan, on_this_machine, plan_runs
 from grader.results.model import Status
 from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout

@@ -51,7 +51,7 @@ def test_ranks_get_torchruns_environment_in_a_multi_node_layout(runner: LocalRun
 
 
 def test_a_job_that_hides_the_gpus_shows_its_ranks_none(runner: LocalRunner, tmp_path: Path) -> None:
-    """A GPU node's CPU runs (pipeline.on_this_machine): CUDA's own variable, empty, so torch
+    """A GPU node's CPU runs (grader/grade/plan.py on_this_machine): CUDA's own variable, empty, so torch
     sees no device there (checked on an H200 node), as on a machine without one."""
     source = """
         import os, torch

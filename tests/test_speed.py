@@ -9,7 +9,8 @@ from types import MappingProxyType, ModuleType
 
 import pytest
 
-from grader.checks import speed, timing
+from grader.speed import measure as timing
+from grader.speed import verdicts as speed
 from grader.checks.base import CheckContext
 from grader.checks.dataparallel import gpu0_memory
 from grader.course import Practical
@@ -417,7 +418,7 @@ def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is
 
 def test_only_checks_that_compare_with_the_reference_launch_it(tmp_path: Path) -> None:
     from grader.checks.distributed import CHECKS as DISTRIBUTED
-    from grader.grade.pipeline import reference_launched
+    from grader.speed.schedule import reference_launched
 
     module = ModuleType("p6_pairs")
     module.CHECKS = MappingProxyType({"clean_exit": DISTRIBUTED["clean_exit"], **speed.CHECKS})

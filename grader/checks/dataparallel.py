@@ -13,7 +13,7 @@ from types import MappingProxyType
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
-from grader.checks.timing import charged, measure
+from grader.speed.measure import charged, measure
 from grader.probe.recorder.events import Forward, ForwardOutput, Memory, Model
 from grader.run.job import JobResult, RankResult
 
@@ -173,7 +173,7 @@ def shape_log(ctx: CheckContext) -> Verdict:
 
 def gpu_step_times(ctx: CheckContext) -> Verdict:
     """The step times of the single-GPU baseline and of DataParallel on real GPUs, by the
-    grader's clock (pairs of launches of two step counts, grader/checks/timing.py; charged
+    grader's clock (pairs of launches of two step counts, grader/speed/measure.py; charged
     with time outside the steps beyond the reference's where the reference was launched)."""
     times = {}
     for run in ctx.runs:

@@ -14,10 +14,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grader.checks import timing
+from grader.speed import measure
 from grader.course import Course, Practical
 from grader.grade import calibration
-from grader.grade.pipeline import Execution, GradeOptions, execute, judge, time_limits
+from grader.grade.options import GradeOptions, time_limits
+from grader.grade.pipeline import Execution, execute, judge
 from grader.results.model import GradingReport
 from grader.run.local import DDP_WARM_MODULE, GRADER_ROOT, LocalRunner, LocalRunnerOptions
 from grader.run.sandbox import UID_TIER, Limits, Sandbox, hide_from_others, open_sandbox
@@ -148,7 +149,7 @@ def calibrate(course: Course, practical: Practical, repeat: int) -> tuple[str, d
         launches = {name: (run,) for name, run in execution.results.items()}
         launches.update({name: timed.own for name, timed in execution.timings.items()})
         for name, runs in launches.items():
-            measured = min((m for m in (timing.summary(run, warmup) for run in runs) if m), key=lambda m: m["median_step_s"], default=None)
+            measured = min((m for m in (measure.summary(run, warmup) for run in runs) if m), key=lambda m: m["median_step_s"], default=None)
             if measured and (name not in best or measured["median_step_s"] < best[name]["median_step_s"]):
                 best[name] = {k: round(v, 6) if isinstance(v, float) else v for k, v in measured.items()}
     key = environment["machine"]  # pipeline.environment(): the key speed checks look baselines up under

@@ -7,9 +7,10 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from grader.checks import distributed, hybrid, speed
+from grader.checks import distributed, hybrid
 from grader.practicals.reference import DataParallelReference, data_parallel_references, template_two_stage
 from grader.spec.model import RunDef
+from grader.speed import verdicts as speed
 
 CHECKS = MappingProxyType({**hybrid.CHECKS, **{k: distributed.CHECKS[k] for k in ("grad_sync", "params_sync", "clean_exit")}, "efficiency": speed.CHECKS["efficiency"]})
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from grader.checks import answers, dataparallel, speed
+from grader.checks import answers, dataparallel
 from grader.spec.model import RunDef
+from grader.speed import verdicts as speed
 
 CHECKS = MappingProxyType({**dataparallel.CHECKS, **answers.CHECKS, "scaling": speed.CHECKS["scaling"]})
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from grader.checks import distributed, speed
+from grader.checks import distributed
 from grader.practicals.reference import DataParallelReference, data_parallel_references, template_mlp
 from grader.spec.model import RunDef
+from grader.speed import verdicts as speed
 
 __all__ = ["CHECKS", "references"]
 

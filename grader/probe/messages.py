@@ -33,7 +33,7 @@ class BadMessage(Malformed):
 @dataclass(frozen=True)
 class DdpOptions:
     """The DistributedDataParallel options a script chose (its rank 0's, as the traffic confirms
-    them: grader/checks/timing.py); the reference solution's timed launches are built with the
+    them: grader/speed/measure.py); the reference solution's timed launches are built with the
     submission's costly ones, so that an option DDP offers costs the submission nothing in a
     speed check."""
 

@@ -54,7 +54,7 @@ class JobSpec:
     driver: bool = False  # the script is a grader driver: it gets the recorder (__grader_emit__)
     private: bool = False  # the grader's own code (a reference solution): its files go as soon as it ends
     ddp_options: DdpOptions | None = None  # every DDP the script builds takes these (the reference solution's timed launches: the submission's)
-    clock_steps: int | None = None  # the steps the grader asked for, in a launch it times by its own clock (grader/checks/timing.py)
+    clock_steps: int | None = None  # the steps the grader asked for, in a launch it times by its own clock (grader/speed/measure.py)
     carrier: CarrierPlan | None = None  # the grader's hub carries the ranks' process groups (grader/probe/transport), on this plan
 
     def describe(self) -> str:
@@ -114,7 +114,7 @@ class JobResult:
     caps_hit: tuple[str, ...] = ()  # the job's caps the kernel saw it reach (memory, processes, disk), as messages
     notes: tuple[str, ...] = ()  # what the copy of the submission left out (hard links, FIFOs)
     traffic: TrafficReport | str | None = None  # what the hub carried, or why no report came (None: the job had no hub)
-    step_ends: tuple[float, ...] | str | None = None  # a timed launch's steps by the hub's clock, or why it cannot be timed (grader/checks/timing.py carried_work)
+    step_ends: tuple[float, ...] | str | None = None  # a timed launch's steps by the hub's clock, or why it cannot be timed (grader/speed/measure.py carried_work)
 
     @property
     def layout(self) -> Layout:

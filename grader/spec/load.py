@@ -152,7 +152,7 @@ def _load_timing(top: _Node) -> Timing:
 
 def _check_timed_steps(path: Path, args: Mapping[str, Any], runs: tuple[RunDef, ...], checks: tuple[CheckSpec, ...], available: Mapping[str, CheckDef], timing: Timing) -> None:
     """Every run a speed check times gives the script its number of steps: a run the grader
-    times by its own clock is launched with two step counts (grader/checks/timing.py)."""
+    times by its own clock is launched with two step counts (grader/speed/measure.py)."""
     timed = {name for check in checks if available[check.check].timed for name in check.runs}
     for run in runs:
         steps = run.args.get(timing.steps_argument, None if run.solution else args.get(timing.steps_argument))

@@ -31,7 +31,7 @@ class Timing:
     times, interleaved with the reference solution's launches, and the first `warmup_steps`
     optimizer steps of every launch are not timed. A timed run the grader's hub does not carry is
     timed by the grader's clock: each of its launches is a pair, one with the run's
-    `steps_argument` and one with `clock_factor` times as many steps (grader/checks/timing.py)."""
+    `steps_argument` and one with `clock_factor` times as many steps (grader/speed/measure.py)."""
 
     repeats: int = 3
     warmup_steps: int = 1

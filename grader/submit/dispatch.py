@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from grader.course import Course, load_practical
-from grader.grade.pipeline import GradeOptions, plan_runs, time_limits
+from grader.grade.options import GradeOptions, time_limits
+from grader.grade.plan import plan_runs
 from grader.results.gradescope import to_gradescope
 from grader.results.model import CheckResult, GradingReport, Status
 from grader.run.sandbox import Limits
@@ -42,7 +43,7 @@ WAITING_FOR_SLOT = "queued behind a running grading (this machine grades one at 
 
 
 def job_minutes(course: Course, practical: str) -> int:
-    """A grading job's default time limit, in minutes (pipeline.TimeLimits.job_minutes)."""
+    """A grading job's default time limit, in minutes (grader/grade/options.py: TimeLimits.job_minutes)."""
     return time_limits(load_practical(course, practical).assignment).job_minutes
 
 

@@ -153,7 +153,7 @@ class Ddp(Event):
 @dataclass(frozen=True, kw_only=True)
 class DdpArgs(Event):
     """A DistributedDataParallel is about to be built with these options (the reference's
-    timed launches take on the costly ones the traffic confirms: grader/checks/timing.py)."""
+    timed launches take on the costly ones the traffic confirms: grader/speed/measure.py)."""
 
     kind: ClassVar[str] = "ddp_args"
     find_unused_parameters: bool

@@ -1,6 +1,6 @@
 """Speed checks: is the submission as fast as it should be, measured by the grader.
 
-Every number here comes from grader/checks/timing.py's protocol over launches the grader
+Every number here comes from grader/speed/measure.py's protocol over launches the grader
 made, with inputs it chose; nothing a script prints is used. Each check compares with a
 measurement taken on the same machine in the same grading (the reference solution's launches,
 interleaved with the submission's), so a busy node slows both sides alike:
@@ -8,7 +8,7 @@ interleaved with the submission's), so a busy node slows both sides alike:
 - `efficiency`: the submission's undisturbed step time (the first decile of its timed steps,
   pooled over its launches) is at most `max_ratio` × the reference's, per run (gradable
   anywhere, the CPU included); the reference's DDP takes the submission's options
-  (grader/grade/pipeline.py);
+  (grader/grade/pipeline.py, grader/speed/schedule.py);
 - `scaling`: the speedup of the parallel run over the single-device run is at least `fraction`
   of the reference's speedup — the one calibrated on this machine's GPU model and count
   (calibration/<practical>.yaml) when there is one, else the one measured in this grading;
@@ -16,7 +16,7 @@ interleaved with the submission's), so a busy node slows both sides alike:
   DDP against p5's reference DataParallel on the same GPUs and batch).
 
 A submission that would fail `efficiency` after the spec's k rounds of launches gets up to k
-more rounds before the verdict (grader/grade/pipeline.py): failing takes twice the evidence,
+more rounds before the verdict (grader/speed/schedule.py): failing takes twice the evidence,
 while a slow submission stays slow in every round. A side that could not be timed fails the
 check when it is the submission's own launches (a crash is not a fast run), and defers it
 when it is the reference's (not the student's doing).
@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
-from grader.checks.timing import Measurement, TimedRuns, charged, measure
+from grader.speed.measure import Measurement, TimedRuns, charged, measure
 
 NOT_TIMED = "this grading did not time it (speed is measured by the autograder, from the spec's runs)"
 

@@ -34,7 +34,7 @@
   deciles; bench/RESULTS.md.) Needless work in every step shows in every step, so in the
   first decile; work added to fewer than one step in ten does not.
 - A submission that would fail gets more rounds of launches before the verdict
-  (grader/grade/pipeline.py), so a burst of load cannot fail it. (Measured: the submission's
+  (grader/speed/schedule.py), so a burst of load cannot fail it. (Measured: the submission's
   best launch against the reference's median, the protocol before the witness, let a planted
   1.5× slowdown behind a forged clock pass 6 times in 20; bench/RESULTS.md.)
 """
@@ -106,7 +106,7 @@ def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None =
     either. The timed inputs differ from the checked runs', and a script could do less when it
     sees them. (Beyond the data the hub keeps, a step is timed by its all-reduces' sizes alone;
     so is every step of the reference solution's launches, the grader's own code, of which the
-    hub keeps nothing: pipeline.carrier_plan.)"""
+    hub keeps nothing: grader/grade/plan.py carrier_plan.)"""
     if launch.spec.carrier is None or launch.traffic is None:
         return launch
     if not isinstance(launch.traffic, TrafficReport):

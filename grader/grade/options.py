@@ -1,0 +1,71 @@
+"""How a grading is asked for (`GradeOptions`) and every time limit it runs under, resolved in
+one place: the spec's limits or the options' (`time_limits`), each checked run's share of the
+time left (`run_share_s`), the least a launch is started with (`MIN_RUN_S`), and the time kept
+for the reference solution's timed launches (`reference_reserve_s`). The runner's own limit, a
+job that stops using the CPU (grader/run/local.py `IdleWatch`), is the runner's."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from grader.spec import Assignment
+
+MIN_RUN_S = 1.0  # a run is skipped rather than started with less time than this
+REFERENCE_LAUNCH_S = 10.0  # the budget kept for each of the reference's timed launches still to come, until one has been seen
+RESERVE_MARGIN = 1.5  # × the longest reference launch seen
+MAX_RESERVE_SHARE = 1 / 3  # of the budget, at most, kept for the reference's launches
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    """How to grade, beyond the spec."""
+
+    world_size: int | None = None  # one run of this many ranks instead of the spec's runs
+    virtual_gpus: int | None = None  # every run on this many virtual GPUs per node
+    public_only: bool = False  # the student's self-check: visible checks only
+    seed: int | None = None  # fix the seed (to reproduce a grading); chosen at random otherwise
+    run_timeout_s: float | None = None  # one launch of the script
+    total_timeout_s: float | None = None  # the whole grading, wall clock from its start
+    solutions: Path | None = None  # the reference solutions (solutions/<id>/): speed checks compare with them
+    calibration: Mapping[str, Any] | None = None  # every machine's baselines of the practical (calibration.load)
+    timing: bool = True  # False: speed checks are deferred (no timed launches)
+    progress: Callable[[str], None] | None = None  # told one line as each launch starts ("run ws2 (1 node × 2 ranks)")
+
+
+@dataclass(frozen=True)
+class TimeLimits:
+    """How long a grading may take, resolved in one place (`time_limits`)."""
+
+    run_s: float  # one launch of the script
+    total_s: float  # the whole grading, wall clock from its start
+
+    @property
+    def cpu_s(self) -> int:
+        """CPU seconds one process of the submission may use: the whole budget and a minute."""
+        return int(self.total_s + 60)
+
+    @property
+    def job_minutes(self) -> int:
+        """A grading job's limit on a cluster: the budget and 5 minutes to start and store it."""
+        return int(self.total_s // 60 + 5)
+
+
+def time_limits(assignment: Assignment, options: GradeOptions = GradeOptions()) -> TimeLimits:
+    """The spec's time limits, or the options' where they give one."""
+    return TimeLimits(run_s=options.run_timeout_s or assignment.run_timeout_s, total_s=options.total_timeout_s or assignment.total_timeout_s)
+
+
+def run_share_s(left_s: float, shares: int) -> float:
+    """One checked run's limit: its share of the time left, where `shares` counts it, the
+    checked runs after it and the timed runs as one more. A run that hangs while it keeps the
+    CPU busy leaves every later run its time: no check is relabelled "not run"."""
+    return max(left_s / max(shares, 1), 0.0)
+
+
+def reference_reserve_s(waiting: int, seen_s: Sequence[float], budget_s: float) -> float:
+    """The time kept for the reference solution's `waiting` timed launches still to come, when
+    its launches so far took `seen_s`: the submission's launches never take it, so a
+    submission cannot use up the budget to leave its speed check without a reference."""
+    each = RESERVE_MARGIN * max(seen_s) if seen_s else REFERENCE_LAUNCH_S
+    return min(max(waiting, 0) * each, MAX_RESERVE_SHARE * budget_s)

@@ -1,0 +1,160 @@
+"""The schedule of timed launches: which runs a speed check times, in which order their
+launches go, how many rounds, and what the grader's hub saw of them.
+
+A timed run is launched in rounds (the spec's `timing.repeats`): in each, the reference
+solution's launch of the run (when a speed check compares with it) and then the submission's,
+so both see the same machine load; a run the grader times by its own clock (not carried by its
+hub: real GPUs) goes in pairs of two step counts (`round_order`). After the spec's rounds, up to
+as many more for the runs a speed check would still fail (`doubts`), while the budget has room
+(`room_for`): failing takes twice the evidence. A run whose own launch failed is launched no
+more (a failed launch leaves its side untimed: grader/speed/measure.py). The submission's
+launches never take the time the reference's planned launches need (`TimedLaunches.reserve_s`,
+grader/grade/options.py `reference_reserve_s`)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from grader.checks import failures
+from grader.course import Practical
+from grader.grade.options import reference_reserve_s
+from grader.grade.plan import carried, merged_args, runs_of
+from grader.run.job import JobResult
+from grader.spec import Assignment, CheckSpec, RunDef
+from grader.speed.measure import TimedRuns, carried_work
+
+Launch = Callable[[RunDef, str, int, "int | None"], JobResult]  # (run, "own" or "reference", repeat, steps asked or None) -> the launch, made or skipped
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the timed launches of a grading are to be."""
+
+    timed: tuple[RunDef, ...]  # the runs a speed check times
+    referenced: frozenset[str]  # of those, the ones launched alternately with the reference solution
+    repeats: int  # the spec's rounds
+    doubtful: Callable[[str, TimedRuns], bool]  # whether a speed check would fail the run on its launches so far
+    clocked: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # timed by the grader's clock: name -> its short and long step counts
+
+    @property
+    def planned_reference_launches(self) -> int:
+        return sum(self.repeats * len(round_order(self.clocked.get(run.name))) // 2 for run in self.timed if run.name in self.referenced)
+
+
+@dataclass
+class TimedLaunches:
+    """Every timed launch so far, each side's in order (filled by `run_timed`)."""
+
+    schedule: Schedule
+    budget_s: float
+    own: dict[str, list[JobResult]] = field(default_factory=dict)
+    reference: dict[str, list[JobResult]] = field(default_factory=dict)
+
+    def reserve_s(self) -> float:
+        """The time kept for the reference's planned launches still to come."""
+        seen = [launch.wall_s for launches in self.reference.values() for launch in launches]
+        return reference_reserve_s(self.schedule.planned_reference_launches - len(seen), seen, self.budget_s)
+
+    def of(self, name: str) -> TimedRuns:
+        return TimedRuns(tuple(self.own.get(name, ())), tuple(self.reference.get(name, ())))
+
+    def failed(self, name: str) -> bool:
+        """Whether a launch of the submission's side of the run failed (its side is untimed)."""
+        return any(launch.skipped or failures.explain(launch) for launch in self.own.get(name, ()))
+
+
+def run_timed(launches: TimedLaunches, launch: Launch, deadline: float) -> dict[str, TimedRuns]:
+    """Every timed launch, round by round (the module's docstring), into `launches`; each
+    timed run's launches."""
+    schedule = launches.schedule
+    for run in schedule.timed:
+        launches.own.setdefault(run.name, [])
+        launches.reference.setdefault(run.name, [])
+    pending = schedule.timed
+    for repeat in range(2 * schedule.repeats if schedule.timed else 0):
+        if repeat >= schedule.repeats:  # the spec's rounds are done: more only for runs a check doubts, while the budget has room for them
+            pending = tuple(run for run in schedule.timed if schedule.doubtful(run.name, launches.of(run.name)) and room_for(run.name, launches.own, launches.reference, deadline))
+        for run in pending:
+            for steps, role in round_order(schedule.clocked.get(run.name)):
+                if launches.failed(run.name):
+                    break  # more would only spend the budget
+                if role == "own" or run.name in schedule.referenced:
+                    (launches.own if role == "own" else launches.reference)[run.name].append(launch(run, role, repeat, steps))
+    return {run.name: launches.of(run.name) for run in schedule.timed}
+
+
+def timed_runs(practical: Practical, checks: tuple[CheckSpec, ...], runs: tuple[RunDef, ...]) -> tuple[RunDef, ...]:
+    """The planned runs that a speed check among `checks` times."""
+    wanted = runs_of(practical, checks, lambda definition: definition.timed)
+    return tuple(run for run in runs if run.name in wanted)
+
+
+def reference_launched(practical: Practical, checks: tuple[CheckSpec, ...], runs: tuple[RunDef, ...]) -> frozenset[str]:
+    """The timed runs whose launches alternate with the reference solution's: those of a speed
+    check that compares with it (a run of a solution is its own reference)."""
+    wanted = runs_of(practical, checks, lambda definition: definition.timed and definition.against_reference)
+    return frozenset(run.name for run in runs if run.name in wanted and not run.solution)
+
+
+def doubts(practical: Practical, checks: tuple[CheckSpec, ...], warmup: int) -> Callable[[str, TimedRuns], bool]:
+    """Whether a speed check among `checks` would fail the named timed run on its launches so far."""
+
+    def doubtful(name: str, timed: TimedRuns) -> bool:
+        for check in checks:
+            definition = practical.module.CHECKS[check.check]
+            if name in check.runs and definition.doubtful is not None and definition.doubtful(timed, warmup, check.options):
+                return True
+        return False
+
+    return doubtful
+
+
+def clocked_steps(assignment: Assignment, args: Mapping[str, Any], timed: tuple[RunDef, ...], gpus: int) -> dict[str, tuple[int, int]]:
+    """The timed runs the grader times by its own clock (those its hub does not carry here), each
+    with the step counts of its pair of launches: the run's own, and `clock_factor` times it
+    (the spec loader made sure every timed run gives one)."""
+    clocked = {}
+    for run in timed:
+        if not carried(run, gpus):
+            steps = int((run.args if run.solution else merged_args(args, run))[assignment.timing.steps_argument])
+            clocked[run.name] = (steps, steps * assignment.timing.clock_factor)
+    return clocked
+
+
+def checked_timings(practical: Practical, args: Mapping[str, Any], carried_runs: tuple[RunDef, ...], timings: dict[str, TimedRuns]) -> dict[str, TimedRuns]:
+    """The timed launches the grader's hub carried, each timed by the hub's clock and checked
+    against the grader's own training on its inputs (grader/speed/measure.py carried_work), the
+    submission's also against the DDP options the reference's launches took on."""
+    if not carried_runs:
+        return timings
+    references = practical.module.references(args, carried_runs)
+    checked = {}
+    for name, timed in timings.items():
+        reference = references.get(name)
+        if reference is None:
+            checked[name] = timed
+            continue
+        own = tuple(carried_work(launch, reference, timed.adopted_options) for launch in timed.own)
+        checked[name] = TimedRuns(own, tuple(carried_work(launch, reference) for launch in timed.reference))
+    return checked
+
+
+def round_order(steps: tuple[int, int] | None) -> tuple[tuple[int | None, str], ...]:
+    """The launches of one round of a timed run: (steps asked, role). A run the grader times by
+    its clock goes reference short, own short, own long, reference long: each side's two
+    launches then follow launches of the same size, so what a launch leaves to the next (a
+    long one more) weighs alike on both of a side's launches and cancels in their difference.
+    (Measured on p6's reference against itself under a busy core, with the order reference
+    short, own short, reference long, own long: 1.02-1.27×, every one of 16 gradings above 1.)"""
+    if steps is None:
+        return ((None, "reference"), (None, "own"))
+    short, long = steps
+    return ((short, "reference"), (short, "own"), (long, "own"), (long, "reference"))
+
+
+def room_for(name: str, own: dict[str, list[JobResult]], reference: dict[str, list[JobResult]], deadline: float, margin: float = 2.0) -> bool:
+    """Whether the time left holds another round of the run's launches (`margin` × its longest
+    round so far): an extra round never ends in a launch skipped for want of time."""
+    round_s = sum(max((launch.wall_s for launch in side[name]), default=0.0) for side in (own, reference))
+    return time.monotonic() + margin * round_s < deadline
