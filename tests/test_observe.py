@@ -389,6 +389,14 @@ def test_a_ddp_script_with_sampler_loader_and_its_own_hook_on_the_cpu(tmp_path: 
 
 
 @pytest.mark.slow
+def test_a_sharded_optimizer_counts_one_step_per_step(tmp_path: Path) -> None:
+    """ZeroRedundancyOptimizer's step runs its inner Adam's step: one step, not two (the report
+    once counted 6 for 3 and gave negative step times)."""
+    report, _ = observe_two_ranks(tmp_path, SCRIPTS / "ddp_sampler.py", "--samples", "40", "--batch", "8", "--cpu", "--zero")
+    assert report.count("3 optimizer steps: ") == 2, report
+
+
+@pytest.mark.slow
 def test_a_failing_script_keeps_its_exit_status_and_still_gets_its_pictures(tmp_path: Path) -> None:
     status, report, out = observe(tmp_path, "--", sys.executable, str(SCRIPTS / "fails_after_a_step.py"))
     assert status == 1

@@ -2,7 +2,7 @@
 DistributedSampler + DataLoader, an explicit dist.all_reduce of the epoch's loss, and on request
 a DDP communication hook of its own. CPU (gloo) or one GPU per rank (nccl), under torchrun.
 
-$ torchrun --nproc_per_node=2 ddp_sampler.py --samples 40 --batch 8 --workers 1 --own-comm-hook
+$ torchrun --nproc_per_node=2 ddp_sampler.py --samples 40 --batch 8 --workers 1 --own-comm-hook [--zero]
 """
 import argparse
 import os
@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -23,6 +24,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--own-comm-hook", action="store_true", help="register torch's allreduce_hook on the DDP model")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even where CUDA is available")
+    parser.add_argument("--zero", action="store_true", help="shard Adam's state over the ranks (ZeroRedundancyOptimizer)")
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available() and not args.cpu
@@ -37,7 +39,10 @@ def main() -> None:
     model = DistributedDataParallel(net, device_ids=[local_rank] if device.type == "cuda" else None)
     if args.own_comm_hook:
         model.register_comm_hook(dist.group.WORLD, allreduce_hook)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if args.zero:
+        optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         total = torch.zeros(1, device=device)

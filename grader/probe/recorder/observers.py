@@ -203,6 +203,7 @@ class Probe:
         self._stage_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._models_seen: weakref.WeakSet = weakref.WeakSet()
         self._step_starts: dict[int, Mark] = {}
+        self._step_depth = 0  # optimizer steps under way: a step inside a step (ZeroRedundancyOptimizer's inner optimizer) is part of it, not one more
         self._allreduce_hook: Callable | None = None
         self.param_names: dict[int, str] = {}
         self.module_names: dict[int, str] = {}
@@ -641,6 +642,9 @@ class Probe:
         return options.values and self.step < options.max_value_steps and sum(p.numel() for p in params) <= options.max_values
 
     def _step_pre(self, optimizer, args, kwargs) -> None:
+        self._step_depth += 1
+        if self._step_depth > 1:
+            return
         if self.options.values:
             params = self._optimizer_params(optimizer)
             grads = self.flat_values([p.grad for p in params]) if self._take_values(params) else None
@@ -648,6 +652,9 @@ class Probe:
         self._step_starts[id(optimizer)] = self.begin()
 
     def _step_post(self, optimizer, args, kwargs) -> None:
+        self._step_depth = max(self._step_depth - 1, 0)
+        if self._step_depth:
+            return
         try:
             if self.options.virtual_gpus == 0 and torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.synchronize()  # so the step ends when the GPUs finished it
