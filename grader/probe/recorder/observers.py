@@ -41,6 +41,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -705,7 +706,10 @@ class Probe:
         self._emit_globals("end", namespace)
         try:
             if self.options.virtual_gpus or (torch.cuda.is_available() and torch.cuda.is_initialized()):
-                self.emit(Memory, peak=tuple(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())), why=None)
+                with warnings.catch_warnings():  # the virtual GPUs' warning is for the script's own readings
+                    warnings.simplefilter("ignore")
+                    peaks = tuple(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count()))
+                self.emit(Memory, peak=peaks, why=None)
             elif torch.cuda.is_available():
                 self.emit(Memory, peak=None, why="CUDA not used by this process: memory not measured")
             else:
