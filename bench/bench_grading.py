@@ -27,8 +27,8 @@ sections it did not measure are kept) and prints them.
    results file.
 6. Spread (`--spread N`, alone): p6's and p10's reference solutions graded N times each,
    timed: the ratio of the submission's side (the reference itself) to the reference's side
-   by launch medians and by undisturbed steps (the first decile of the pooled steps, what
-   `efficiency` judges), and how widely each spreads. Spliced into the results file.
+   by what the steps cost round by round (what `efficiency` judges), by first deciles and by
+   launch medians, and how widely each spreads. Spliced into the results file.
 7. The grader's clock where the hub carries nothing (`--clocked N`, alone): p6's timed run as on
    real GPUs, timed by pairs of whole launches of two step counts. p6's
    reference graded N times under a busy core (false fails, target 0 of N) and a planted 1.5×
@@ -425,11 +425,14 @@ def steady_section(work: Path, gradings: int) -> list[str]:
     return [*lines, ""]
 
 
+STATISTICS = {"cost": "what the steps cost, round by round (efficiency)", "undisturbed_step_s": "first deciles (efficiency before 2026-11-26)", "median_step_s": "launch medians"}
+
+
 def spread_section(work: Path, gradings: int) -> list[str]:
     """p6's and p10's references graded `gradings` times each, alternating: per practical, the
     spread of the efficiency ratio (the reference against itself) by launch medians and by
     undisturbed steps. The Markdown section."""
-    ratios: dict[str, dict[str, list[float]]] = {p: {"median_step_s": [], "undisturbed_step_s": []} for p in ("p6", "p10")}
+    ratios: dict[str, dict[str, list[float]]] = {p: {"median_step_s": [], "undisturbed_step_s": [], "cost": []} for p in ("p6", "p10")}
     failed: dict[str, int] = {p: 0 for p in ratios}
     untimed: dict[str, int] = {p: 0 for p in ratios}
     limits: set[float] = set()
@@ -446,7 +449,7 @@ def spread_section(work: Path, gradings: int) -> list[str]:
                 continue
             limits.add(timed["max_ratio"])
             for key, values in found.items():
-                values.append(timed["submission"][key] / timed["reference"][key])
+                values.append(timed["ratio"] if key == "cost" else timed["submission"][key] / timed["reference"][key])
             print(f"grading {run + 1} of {practical}: {', '.join(f'{k} {v[-1]:.3f}' for k, v in found.items())}", file=sys.stderr, flush=True)
     minutes = (time.perf_counter() - started) / 60
     limit = max(limits, default=float("nan"))
@@ -455,7 +458,7 @@ def spread_section(work: Path, gradings: int) -> list[str]:
         "",
         f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --spread {gradings}` ({minutes:.0f} min): "
         "each reference graded in full, timed; its own side's step against the reference side's, over every launch the grading made "
-        "(extra rounds included). `efficiency` judges undisturbed steps (the first decile of each side's pooled steps); launch medians are the protocol before.",
+        "(extra rounds included). `efficiency` judges what the steps cost: per round, the mean timed step of the submission's launch over the reference's, the median over the rounds; first deciles and launch medians are the statistics before.",
         "",
         f"| practical | statistic | sd of the ratio's log | lowest | highest | above {limit:g}× (the spec's max_ratio) |",
         "|---|---|---|---|---|---|",
@@ -465,7 +468,7 @@ def spread_section(work: Path, gradings: int) -> list[str]:
             if not values:
                 continue
             logs = [math.log(v) for v in values]
-            lines.append(f"| {practical} | {'undisturbed steps' if key == 'undisturbed_step_s' else 'launch medians'} | {statistics.pstdev(logs):.3f} | {min(values):.2f}× | {max(values):.2f}× | {sum(v > limit for v in values)} of {len(values)} |")
+            lines.append(f"| {practical} | {STATISTICS[key]} | {statistics.pstdev(logs):.3f} | {min(values):.2f}× | {max(values):.2f}× | {sum(v > limit for v in values)} of {len(values)} |")
     lines += [
         "",
         "Gradings whose `efficiency` failed: " + ", ".join(f"{p} {n} of {gradings}" for p, n in failed.items()) + " (target 0); "

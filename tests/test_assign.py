@@ -127,3 +127,15 @@ def test_a_bad_spec_is_refused_at_release_naming_the_file_to_fix(change: tuple[s
     listed = run_cli("--course-root", str(course), "list")  # the others are still listed
     assert listed.returncode == 1 and f"p6: cannot be loaded: {source}: " in listed.stdout
     assert all(f"\n{p}: " in listed.stdout for p in ("p4", "p5", "p10"))
+
+
+def test_the_readme_is_a_front_door_and_every_audience_has_its_guide() -> None:
+    """README.md: what this is, the two commands, where to read on (at most 150 lines); each
+    guide in docs/ exists and is linked from it, and the speed section stays short."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    for guide in ("students", "instructors", "admins", "design"):
+        assert (ROOT / "docs" / f"{guide}.md").is_file() and f"(docs/{guide}.md)" in readme, guide
+    assert "bash scripts/setup.sh && .venv/bin/python -m grader verify" in readme and "bash scripts/setup.sh --test && .venv/bin/python -m pytest" in readme
+    speed = readme.split("## How speed is judged", 1)[1].split("\n## ", 1)[0]
+    assert len(speed.strip().splitlines()) <= 25

@@ -23,16 +23,20 @@
   must also do the work.
 - One launch is summarised by the median of its steps (a pair of launches: by its one step).
   A timed run is launched k times, interleaved with the reference solution's launches of the
-  same run (so both see the same machine load), and a side is summarised by the minimum (`best_s`: its least disturbed
-  launch) and the median (`typical_s`) of its launches' medians, and by its undisturbed step
-  (`undisturbed_s`): the first decile of all its timed steps, pooled over its launches.
-- `efficiency` compares undisturbed steps. On a shared CPU a step takes one of two times:
-  its own, or about a third more when another process is given its core; the share of
-  disturbed steps changes from launch to launch, and a launch's median jumps between the two.
-  (Measured on the references against themselves, 3 rounds of 20 p6 and 17 p10 gradings: the
-  sd of the ratio's log was 0.113 and 0.137 with launch medians, 0.070 and 0.107 with first
-  deciles; bench/RESULTS.md.) Needless work in every step shows in every step, so in the
-  first decile; work added to fewer than one step in ten does not.
+  same run (so both see the same machine load), and a side is summarised by the minimum
+  (`best_s`: its least disturbed launch) and the median (`typical_s`) of its launches'
+  medians, by its fastest tenth (`undisturbed_s`: the first decile of its pooled steps), and
+  by what a step costs (`cost_s`): step by step, the median of that step over the launches,
+  averaged over the steps.
+- `efficiency` judges what the steps cost (`cost_ratio`). Every step counts: work the program
+  adds to the same steps in every launch — all of them, most, one in five, the first timed
+  one — stays in their medians, while a step that another process slowed in one launch of
+  three does not. (The first decile, judged before, let a step slowed by 80 ms in 11 of 18
+  steps pass at 1.00×; the mean of each launch, tried on a node of 16 cores, spread from 0.80×
+  to 1.44× for the reference against itself: one slow step in a launch moves a mean.
+  Measured on this 2-core machine, 3 rounds of 20 p6 and 17 p10 gradings: the sd of the
+  ratio's log was 0.113 and 0.137 with launch medians, 0.070 and 0.107 with first deciles;
+  bench/RESULTS.md.)
 - A submission that would fail gets more rounds of launches before the verdict
   (grader/speed/schedule.py), so a burst of load cannot fail it. (Measured: the submission's
   best launch against the reference's median, the protocol before the witness, let a planted
@@ -157,12 +161,7 @@ class Measurement:
     recorded_s: float | None = None  # by the grader's clock: the median step the submission's own records claim
     outside_s: float | None = None  # by the grader's clock: the least time a launch spent outside its steps (start-up, end), over the pairs
     charged_s: float = 0.0  # of that, beyond the reference's, spread over the long launch's steps (`charged`)
-    means_s: tuple[float, ...] = ()  # per launch that could be timed, in launch order: the mean of all its timed steps (what its steps cost in all); by the grader's clock, the pair's step
-
-    @property
-    def launch_means_s(self) -> tuple[float, ...]:
-        """Per launch, the mean of its timed steps (by the grader's clock: its pair's step)."""
-        return self.means_s or self.medians_s
+    launch_steps_s: tuple[tuple[float, ...], ...] = ()  # per launch that could be timed (by the hub's or the recorder's clock), its timed steps in order
 
     @property
     def timed(self) -> bool:
@@ -181,6 +180,26 @@ class Measurement:
         """The first decile of every timed step of the side's launches (see the module's docstring)."""
         steps = self.steps_s or self.medians_s
         return statistics.quantiles(steps, n=10, method="inclusive")[0] if len(steps) > 1 else steps[0]
+
+    @property
+    def cost_s(self) -> float:
+        """What a step of the side costs: step by step, the median of that step over its
+        launches, averaged over the steps (by the grader's clock: its median pair's step).
+        Work the program does in some steps, the same ones in every launch (one step in five,
+        most steps, the first timed one), stays in it; a step another process slowed in one
+        launch does not."""
+        if not self.launch_steps_s:
+            return self.typical_s
+        count = min(len(steps) for steps in self.launch_steps_s)
+        return statistics.fmean(statistics.median(steps[i] for steps in self.launch_steps_s) for i in range(count))
+
+    def describe_cost(self, records: bool = True) -> str:
+        """'12.90 ms per step (each of its 18 timed steps by its median over 3 launches;
+        fastest tenth 12.31 ms)'; by the grader's clock, `describe`."""
+        if not self.launch_steps_s:
+            return self.describe(records)
+        count = min(len(steps) for steps in self.launch_steps_s)
+        return f"{self.cost_s * 1000:.2f} ms per step (each of its {count} timed steps by its median over {len(self.launch_steps_s)} launches; fastest tenth {self.undisturbed_s * 1000:.2f} ms)"
 
     def _pairs(self) -> str:
         assert self.pair_steps is not None
@@ -208,12 +227,6 @@ class Measurement:
             return f"{self.typical_s * 1000:.2f} ms per step by the grader's clock (median of {self._pairs()}; best {self.best_s * 1000:.2f} ms{self._charged()}{self.records_disagree() if records else ''})"
         return f"{self.typical_s * 1000:.2f} ms per step (median of {len(self.medians_s)} launches; best {self.best_s * 1000:.2f} ms)"
 
-    def describe_undisturbed(self, records: bool = True) -> str:
-        """'12.31 ms per step undisturbed (the first decile of 54 steps in 3 launches; median launch 12.90 ms)'."""
-        if self.pair_steps is not None:
-            return f"{self.undisturbed_s * 1000:.2f} ms per step undisturbed by the grader's clock (the first decile of {self._pairs()}; median {self.typical_s * 1000:.2f} ms{self._charged()}{self.records_disagree() if records else ''})"
-        return f"{self.undisturbed_s * 1000:.2f} ms per step undisturbed (the first decile of {len(self.steps_s)} steps in {len(self.medians_s)} launches; median launch {self.typical_s * 1000:.2f} ms)"
-
     def as_data(self) -> dict:
         clock = (
             {"clock": "grader", "pair_steps": list(self.pair_steps), "records_median_step_s": None if self.recorded_s is None else round(self.recorded_s, 6), "outside_steps_s": self.outside_s, "charged_s": round(self.charged_s, 4)}
@@ -226,7 +239,7 @@ class Measurement:
             "undisturbed_step_s": round(self.undisturbed_s, 6),
             "timed_steps": len(self.steps_s),
             "launch_medians_s": [round(m, 6) for m in self.medians_s],
-            "launch_means_s": [round(m, 6) for m in self.launch_means_s],
+            "cost_step_s": round(self.cost_s, 6),
             **clock,
         }
 
@@ -314,7 +327,13 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
         return own
     extra = own.outside_s - reference.outside_s
     per_step = extra / own.pair_steps[1]
-    return replace(own, medians_s=tuple(m + per_step for m in own.medians_s), steps_s=tuple(m + per_step for m in own.steps_s), means_s=tuple(m + per_step for m in own.means_s), charged_s=extra)
+    return replace(own, medians_s=tuple(m + per_step for m in own.medians_s), steps_s=tuple(m + per_step for m in own.steps_s), launch_steps_s=tuple(tuple(m + per_step for m in steps) for steps in own.launch_steps_s), charged_s=extra)
+
+
+def cost_ratio(own: Measurement, reference: Measurement) -> float:
+    """What the submission's steps cost against the reference's (`Measurement.cost_s`), both
+    sides launched alternately under the same load."""
+    return own.cost_s / reference.cost_s
 
 
 def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
@@ -324,7 +343,7 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
     if launches and launches[0].spec.clock_steps is not None:
         return _clocked(launches, warmup)
     medians: list[float] = []
-    means: list[float] = []
+    per_launch: list[tuple[float, ...]] = []
     steps: list[float] = []
     problem = None if launches else "it was not launched"
     for launch in launches:
@@ -337,6 +356,6 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
             problem = problem or outcome or f"no optimizer step after the first {max(warmup, 1)} could be timed"
             continue
         medians.append(statistics.median(seconds))
-        means.append(statistics.fmean(seconds))
+        per_launch.append(tuple(seconds))
         steps.extend(seconds)
-    return Measurement(tuple(medians), len(launches), problem, tuple(steps), means_s=tuple(means))
+    return Measurement(tuple(medians), len(launches), problem, tuple(steps), launch_steps_s=tuple(per_launch))

@@ -5,8 +5,8 @@ made, with inputs it chose; nothing a script prints is used. Each check compares
 measurement taken on the same machine in the same grading (the reference solution's launches,
 interleaved with the submission's), so a busy node slows both sides alike:
 
-- `efficiency`: the submission's undisturbed step time (the first decile of its timed steps,
-  pooled over its launches) is at most `max_ratio` × the reference's, per run (gradable
+- `efficiency`: what a step of the submission costs (each timed step by its median over the
+  launches, averaged: `cost_ratio`) is at most `max_ratio` × the reference's, per run (gradable
   anywhere, the CPU included); the reference's DDP takes the submission's options
   (grader/grade/pipeline.py, grader/speed/schedule.py);
 - `scaling`: the speedup of the parallel run over the single-device run is at least `fraction`
@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
-from grader.speed.measure import Measurement, TimedRuns, charged, measure
+from grader.speed.measure import Measurement, TimedRuns, charged, cost_ratio, measure
 
 NOT_TIMED = "this grading did not time it (speed is measured by the autograder, from the spec's runs)"
 
@@ -61,12 +61,12 @@ def _adopted_options(ctx: CheckContext, name: str) -> str:
 
 
 def efficiency(ctx: CheckContext) -> Verdict:
-    """Per timed run, the submission's step time is at most max_ratio × the reference
-    solution's, both measured in this grading over k launches each, interleaved: the first
-    decile of your timed steps against the first decile of the reference's (the steps another
-    process did not slow down; needless work in every step shows in every step). The
-    reference's DDP takes your DDP options (as the traffic confirms them): a choice DDP offers
-    costs you nothing here."""
+    """Per timed run, what a step of yours costs is at most max_ratio × the reference
+    solution's, both measured in this grading over launches made alternately: step by step,
+    the median of that step over your launches, averaged over the steps (every step counts:
+    work added to one step in five costs what it costs; a step that another process slowed
+    in one launch does not count). The reference's DDP takes your DDP options (as the traffic
+    confirms them): a choice DDP offers costs you nothing here."""
     limit = float(ctx.options["max_ratio"])
     lines, data, passed = [], {}, True
     for run in ctx.runs:
@@ -78,11 +78,11 @@ def efficiency(ctx: CheckContext) -> Verdict:
             return Verdict(False, f"{run.spec.name}: your script could not be timed: {own.problem}")
         if not reference.timed:
             return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
-        ratio = own.undisturbed_s / reference.undisturbed_s
+        ratio = cost_ratio(own, reference)
         ok = ratio <= limit
         passed &= ok
         adopted = _adopted_options(ctx, run.spec.name)
-        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_undisturbed()}, the reference {reference.describe_undisturbed(records=False)}{adopted}")
+        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_cost()}, the reference {reference.describe_cost(records=False)}{adopted}")
         data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data()}
     summary = "; ".join(lines) if passed else next(line for line in lines if "allowed" in line)
     return Verdict(passed, summary, tuple(lines), data={"speed": data})
@@ -93,7 +93,7 @@ def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any
     launches of both may still pass it; a crash or an untimed side is not a matter of doubt)."""
     reference = measure(timed.reference, warmup)
     own = charged(measure(timed.own, warmup), reference)
-    return own.timed and reference.timed and own.undisturbed_s / reference.undisturbed_s > float(options["max_ratio"])
+    return own.timed and reference.timed and cost_ratio(own, reference) > float(options["max_ratio"])
 
 
 def _calibrated_speedup(ctx: CheckContext, baseline: str, parallel: str) -> float | None:
