@@ -74,7 +74,7 @@ from grader.spec import SpecError
 from grader.store import ResultsStore, StoreError
 from grader.submit import hook
 from grader.submit.backends import Backend, LocalBackend, SlurmBackend
-from grader.submit.dispatch import dispatch, inbox, job_minutes, progress, settle, wait
+from grader.submit.dispatch import dispatch, dispatch_coalesced, inbox, job_minutes, progress, settle, wait
 from grader.submit.feedback import stored_report
 from grader.submit.problems import open_problems
 from grader.submit.queue import Queue, Submission
@@ -235,6 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     backend_options(d, job_options=False)
     d.add_argument("--wait", action="store_true", help="until the queue is empty")
     d.add_argument("--timeout", type=_positive_float, default=3600, help="seconds to wait at most (with --wait)")
+    d.add_argument("--coalesce", action="store_true", help="(run by the git hook) one such dispatcher at a time: a second asks the running one for another pass and ends")
 
     w = commands.add_parser("work", help="(run by grading jobs) grade one queued submission of the store")
     w.add_argument("--results-dir", type=Path, required=True, help="the results store (a shared folder)")
@@ -679,6 +680,13 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     store = ResultsStore(args.results_dir)
     if args.wait:
         return 0 if wait(store, course, _backend(args.backend), timeout_s=args.timeout, report=_say) else 1
+    if args.coalesce:
+        happened = dispatch_coalesced(store, course, _backend(args.backend))
+        if happened is None:
+            _say("another dispatcher is running: it makes one more pass for this one")
+        for key, what in (happened or {}).items():
+            _say(f"{key}: {what}")
+        return 0
     for key, what in dispatch(store, course, _backend(args.backend)).items():
         _say(f"{key}: {what}")
     return 0
@@ -721,7 +729,7 @@ def cmd_hook(args: argparse.Namespace) -> int:
     try:
         store = ResultsStore(args.results_dir)
         command = hook.dispatcher_command(course.root, store.root, args.backend)
-        hook.receive(sys.stdin, args.repo, store, course, args.student, args.backend, _job_options(args), lambda: hook.start_detached(command, store.root / "logs" / "dispatch.log"), sys.stdout)
+        hook.receive(sys.stdin, args.repo, store, course, args.student, args.backend, _job_options(args), lambda: hook.start_dispatcher(command, store), sys.stdout)
     except Exception as exc:  # noqa: BLE001 - never break a push
         _say(f"grading could not take this push ({type(exc).__name__}: {exc}); it is recorded in git and will be graded later")
     return 0

@@ -16,7 +16,7 @@ from grader.course import load_course
 from grader.store import ResultsStore, StoreError
 from grader.submit import hook
 from grader.submit.backends import FakeBackend, JobSize, JobState, LocalBackend, SlurmBackend
-from grader.submit.dispatch import WAITING_FOR_SLOT, dispatch, job_size, progress
+from grader.submit.dispatch import COALESCED, WAITING_FOR_SLOT, dispatch, dispatch_coalesced, job_size, pass_requested, progress
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
 from grader.run.sandbox import SandboxMissing, open_sandbox
 from grader.submit.problems import open_problems
@@ -479,6 +479,92 @@ def test_a_push_the_hook_never_recorded_is_queued_by_the_next_dispatch_once(push
     Queue(store).remove(Queue(store).pending()[0].key)
     dispatch(store, COURSE, backend)
     assert Queue(store).pending() == []  # the untouched starter is not a submission
+
+
+def test_the_pushes_dispatchers_make_one_pass_at_a_time_and_none_is_left_out(pushed, store: ResultsStore, tmp_path: Path) -> None:
+    """A deadline burst (bench/bench_burst.py): each push once started a whole dispatch pass of
+    its own, each reading every registered repository; hundreds ran at once. Now a push's
+    dispatcher that finds another running asks it for one more pass and ends."""
+    from grader.submit.reconcile import register
+
+    repo, _, second = pushed
+    register(store, "alice", repo, "fake", {"gpus": 1})
+    backend, queue = FakeBackend(), Queue(store)
+    queue.add(folder_submission(tmp_path, "bob", "b" * 7))
+    with queue.hold(COALESCED) as mine:  # a push's dispatcher is running
+        assert mine
+        assert pass_requested(store)  # the hook starts no dispatcher then
+        assert dispatch_coalesced(store, COURSE, backend) is None  # one started anyway ends at once
+        assert backend.jobs == {} and (queue.root / "locks" / "dispatch.again").exists()
+    happened = dispatch_coalesced(store, COURSE, backend)  # the running one looks again after letting go
+    assert happened == {f"alice--p6--{second}": "started as job fake-2"}  # the last pass: alice's found by reconciliation, started by a pass of its own; bob's job left alone
+    assert sorted(s.job for s in queue.pending()) == ["fake-1", "fake-2"] and not (queue.root / "locks" / "dispatch.again").exists()
+    assert not pass_requested(store)  # none running: the hook starts one
+    queue.add(folder_submission(tmp_path, "carol", "c" * 7))
+    register(store, "dave", repo, "fake", {})  # not reconciled again within the minute: the queue is settled at once
+    assert dispatch_coalesced(store, COURSE, backend)["carol--p6--ccccccc"] == "started as job fake-3"
+    assert "dave" not in {s.student for s in queue.pending()}
+    dispatch(store, COURSE, backend)  # cron's `dispatch` always reconciles
+    assert "dave" in {s.student for s in queue.pending()}
+
+
+def test_reconciliation_does_not_queue_again_a_version_whose_job_ends_while_it_reads(pushed, store: ResultsStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Found by bench/bench_burst.py: a job that stored its result and removed its record
+    between reconciliation's two reads was in neither, and its files (p6 at the student's
+    newer head, which changed another folder) were graded again."""
+    from grader.submit.reconcile import reconcile, register
+
+    repo, _, second = pushed
+    register(store, "alice", repo, "fake", {})
+    clone = tmp_path / "clone"
+    (clone / "notes.txt").write_text("the next push changed no p6 file\n")
+    git("add", "-A", cwd=clone)
+    git("commit", "-qm", "three", cwd=clone)
+    git("push", "-q", str(repo), f"HEAD:refs/heads/{git('rev-parse', '--abbrev-ref', 'HEAD', cwd=clone)}", cwd=clone)
+    queue = Queue(store)
+    submission = Submission(student="alice", practical="p6", commit=second, source={"kind": "git", "repo": str(repo)}, backend="fake")
+    queue.add(submission)
+    listed = store.entries
+
+    def entries_while_the_job_ends():
+        found = list(listed())
+        store.save(graded_document(12), provenance_of(commit=second))  # the job ends: its result, then its record goes
+        queue.remove(submission.key)
+        return iter(found)
+
+    monkeypatch.setattr(store, "entries", entries_while_the_job_ends)
+    assert reconcile(store, COURSE) == []
+    assert queue.pending() == []
+
+
+def test_reconciliation_does_not_queue_again_a_version_pushed_and_recorded_while_it_reads(pushed, store: ResultsStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Found by bench/bench_burst.py (37 of 1,200 pushes graded twice): a pass read what was
+    accounted for, then each repository's head; a student who pushed p6 (recorded by the hook)
+    and then another folder meanwhile had p6 queued again under the newer commit."""
+    from grader.submit import reconcile as reconciliation
+
+    repo, _, second = pushed
+    reconciliation.register(store, "alice", repo, "fake", {})
+    store.save(graded_document(12), provenance_of(commit=second))
+    clone, queue = tmp_path / "clone", Queue(store)
+    branch = git("rev-parse", "--abbrev-ref", "HEAD", cwd=clone)
+    accounted = reconciliation._accounted
+
+    def pushes_meanwhile(*args):
+        known = accounted(*args)
+        (clone / "assignments" / "p6" / "p6_ddp.py").write_text("print('v3')\n")
+        git("commit", "-qam", "p6 again", cwd=clone)
+        git("push", "-q", str(repo), f"HEAD:refs/heads/{branch}", cwd=clone)
+        queue.add(Submission(student="alice", practical="p6", commit=git("rev-parse", "HEAD", cwd=clone), source={"kind": "git", "repo": str(repo)}, backend="fake"))  # its hook
+        (clone / "notes.txt").write_text("then only notes\n")
+        git("add", "-A", cwd=clone)
+        git("commit", "-qm", "notes", cwd=clone)
+        git("push", "-q", str(repo), f"HEAD:refs/heads/{branch}", cwd=clone)
+        return known
+
+    monkeypatch.setattr(reconciliation, "_accounted", pushes_meanwhile)
+    assert reconciliation.reconcile(store, COURSE) == []
+    assert [s.commit for s in queue.pending()] == [git("rev-parse", "HEAD~1", cwd=clone)]
 
 
 def test_installing_the_hook_refuses_a_store_that_cannot_record_the_repository(pushed, tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ push the hook could not record is still graded). On every push to the default br
 practical whose folder (assignments/<id>/) changed is queued for the pushed commit — that record is made first, in the store on this
 machine, so the push is never lost. The hook then starts a detached dispatcher (its output
 goes to the store's logs/dispatch.log, never to git's pipe, so it cannot hold the push
-open), waits a few seconds to tell the student what became of each submission
+open), or, when the pushes' dispatcher is running already, asks it for one more pass
+(grader/submit/dispatch.py, dispatch_coalesced: in a deadline burst one pass at a time), waits a few seconds to tell the student what became of each submission
 (`remote: queued p6 @abc1234: started as job 42`), and always exits 0: it never blocks or
 breaks a push, also when grading is down — the record stays queued, and the next dispatch
 (the next push, `grader dispatch`, a cron job) starts it.
@@ -24,7 +25,7 @@ from typing import Callable, Iterable, TextIO
 from grader.course import Course
 from grader.results.escape import terminal_line
 from grader.store import ResultsStore, safe_name
-from grader.submit.dispatch import WAITING_FOR_SLOT
+from grader.submit.dispatch import WAITING_FOR_SLOT, pass_requested
 from grader.submit.feedback import read_command
 from grader.submit.queue import Queue, Submission
 from grader.submit.reconcile import register
@@ -90,8 +91,16 @@ def start_detached(command: list[str], log: Path) -> None:
         subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, env=git_free_environment())
 
 
+def start_dispatcher(command: list[str], store: ResultsStore) -> None:
+    """Start the pushes' dispatcher (`command`, detached), unless one is running: that one then
+    makes one more pass for this push (grader/submit/dispatch.py, dispatch_coalesced)."""
+    if not pass_requested(store):
+        start_detached(command, store.root / "logs" / "dispatch.log")
+
+
 def dispatcher_command(course_root: Path, results_dir: Path, backend: str) -> list[str]:
-    return [sys.executable, "-m", "grader", "--course-root", str(course_root), "dispatch", "--results-dir", str(results_dir), "--backend", backend]
+    """The dispatcher a push starts: coalesced with the other pushes' (dispatch_coalesced)."""
+    return [sys.executable, "-m", "grader", "--course-root", str(course_root), "dispatch", "--results-dir", str(results_dir), "--backend", backend, "--coalesce"]
 
 
 def describe(queue: Queue, submission: Submission) -> str | None:

@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from grader.grade.pipeline import GradeOptions
 from grader.grade.session import grade_folder
 from grader.observe.views import write_views
 from grader.results.gradescope import to_gradescope
-from grader.results.model import GradingReport
+from grader.results.model import CheckResult, GradingReport, Status
 from grader.run.sandbox import SandboxMissing, open_sandbox
 from grader.run.tree import TreeLimits, TreeRefused, copy_tree, open_folder, remove_tree
 from grader.spec import SpecError
@@ -37,6 +38,7 @@ from grader.submit.problems import report_problem
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
 GIT_READ_S = 120  # taking a commit's files out of git
+STAND_IN = "GRADER_BENCH_STAND_IN_S"  # bench/bench_burst.py's stand-in grading (seconds); see stand_in_seconds
 
 
 class MaterialiseError(Exception):
@@ -149,6 +151,31 @@ def ready_to_grade(course: Course, practical: str) -> Practical | str:
     return loaded
 
 
+def stand_in_seconds() -> float | None:
+    """The benchmark's stand-in grading: seconds to sleep instead of grading, from the job's
+    environment ($GRADER_BENCH_STAND_IN_S, set by bench/bench_burst.py in the environment the
+    pushes, the hook, the dispatcher and sbatch pass on), or None (a real grading). A student
+    sets no variable of the grader's processes, and a stand-in result gives no points."""
+    value = os.environ.get(STAND_IN, "")
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds <= 3600 else None
+
+
+def stand_in_report(practical: Practical, seconds: float) -> GradingReport:
+    """What a stand-in grading leaves: after `seconds` of sleep (a real grading's wall time, on
+    no CPU), every check of the spec failed with zero points and a message that says why, so
+    that everything after the grading (the store, the feedback branch) is the real code's."""
+    started = time.monotonic()
+    time.sleep(seconds)
+    spec = practical.assignment
+    message = "not graded: a stand-in grading of the burst benchmark (bench/bench_burst.py) ran instead"
+    checks = tuple(CheckResult(c.id, c.title, n, 0.0, c.points, Status.FAILED, message, visibility=c.visibility) for n, c in enumerate(spec.checks, 1))
+    return GradingReport(practical.id, spec.title, checks, execution_time_s=time.monotonic() - started, environment={"isolation": "none: a stand-in grading (bench/bench_burst.py), nothing was run"})
+
+
 def work(store: ResultsStore, course: Course, key: str) -> str:
     """Grade the queued submission `key`; return what happened, in a few words."""
     queue = Queue(store)
@@ -171,7 +198,8 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     try:
         taken = materialise(submission, scratch)
         options = GradeOptions(world_size=submission.options.get("world_size"))
-        report = grade_folder(practical, taken.folder, options, official=True, refused=taken.refused).report
+        stand_in = stand_in_seconds()
+        report = stand_in_report(practical, stand_in) if stand_in is not None else grade_folder(practical, taken.folder, options, official=True, refused=taken.refused).report
     except MaterialiseError as exc:
         report = GradingReport.failure(submission.practical, str(exc))
     except Exception as exc:  # noqa: BLE001 - the worker's own failure: retried, never lost
