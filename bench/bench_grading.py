@@ -27,8 +27,8 @@ sections it did not measure are kept) and prints them.
    results file.
 6. Spread (`--spread N`, alone): p6's and p10's reference solutions graded N times each,
    timed: the ratio of the submission's side (the reference itself) to the reference's side
-   by what the steps cost round by round (what `efficiency` judges), by first deciles and by
-   launch medians, and how widely each spreads. Spliced into the results file.
+   by what a step costs (each step's median over the launches, what `efficiency` judges), by
+   first deciles and by launch medians, and how widely each spreads. Spliced into the results file.
 7. The grader's clock where the hub carries nothing (`--clocked N`, alone): p6's timed run as on
    real GPUs, timed by pairs of whole launches of two step counts. p6's
    reference graded N times under a busy core (false fails, target 0 of N) and a planted 1.5×
@@ -425,7 +425,7 @@ def steady_section(work: Path, gradings: int) -> list[str]:
     return [*lines, ""]
 
 
-STATISTICS = {"cost": "what the steps cost, round by round (efficiency)", "undisturbed_step_s": "first deciles (efficiency before 2026-11-26)", "median_step_s": "launch medians"}
+STATISTICS = {"cost": "what a step costs: each step's median over the launches (efficiency)", "undisturbed_step_s": "first deciles (efficiency before 2026-11-26)", "median_step_s": "launch medians"}
 
 
 def spread_section(work: Path, gradings: int) -> list[str]:
@@ -458,7 +458,7 @@ def spread_section(work: Path, gradings: int) -> list[str]:
         "",
         f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --spread {gradings}` ({minutes:.0f} min): "
         "each reference graded in full, timed; its own side's step against the reference side's, over every launch the grading made "
-        "(extra rounds included). `efficiency` judges what the steps cost: per round, the mean timed step of the submission's launch over the reference's, the median over the rounds; first deciles and launch medians are the statistics before.",
+        "(extra rounds included). `efficiency` judges what a step costs: each timed step's median over the side's launches, averaged over the steps; first deciles and launch medians are the statistics before.",
         "",
         f"| practical | statistic | sd of the ratio's log | lowest | highest | above {limit:g}× (the spec's max_ratio) |",
         "|---|---|---|---|---|---|",
