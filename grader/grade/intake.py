@@ -47,24 +47,40 @@ def unrunnable(runs: tuple[RunDef, ...], assignment: Assignment, submission: Pat
             found = f" (it holds: {', '.join(present)})" if present else ""
             return f"{script} is not in the submission{found}"
         if script.endswith(".py"):
-            problem = _does_not_compile(submission / script) or _imports_missing(submission / script)
+            problem = _script_problem(submission / script)
             if problem:
                 return problem
     return None
 
 
-def _imports_missing(path: Path) -> str | None:
-    """Why the script at `path` stops at its first line: an import, at its top level and
-    outside any `try`, of a module that is neither in the submission's folder nor installed
-    where the grader runs it (found with importlib's finders, which run none of the module's
-    code), or None. Imports inside a `try`, an `if` or a function are the script's own
-    business: it may do without them."""
+def _script_problem(path: Path) -> str | None:
+    """Why the Python script at `path` stops before its first line, read once (at most
+    MAX_COMPILED_BYTES; a longer one, or one that cannot be read, is left to its runs): it does
+    not compile (compiled only, never run: the parser's own limits bound it), or an import is
+    missing (`_missing_import`); or None."""
     try:
         source, longer = read_untrusted(path, MAX_COMPILED_BYTES)
-        tree = None if longer else ast.parse(source, path.name)
-    except (OSError, UntrustedFileError, SyntaxError, ValueError, RecursionError, MemoryError):
+    except (OSError, UntrustedFileError):
+        return None  # the runs say what is wrong with it
+    if longer:
         return None
-    for statement in tree.body if tree is not None else ():
+    try:
+        tree = ast.parse(source, path.name)
+        compile(tree, path.name, "exec", dont_inherit=True)
+    except SyntaxError as exc:  # IndentationError and TabError too
+        where = f" (line {exc.lineno})" if exc.lineno else ""
+        return f"{path.name} does not compile: {exc.msg}{where}"
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nesting past the compiler's depth
+        return f"{path.name} does not compile: {type(exc).__name__}: {exc}"
+    return _missing_import(tree, path)
+
+
+def _missing_import(tree: ast.Module, path: Path) -> str | None:
+    """An import, at the script's top level and outside any `try`, of a module that is neither
+    in the submission's folder nor installed where the grader runs it (found with importlib's
+    finders, which run none of the module's code), or None. Imports inside a `try`, an `if` or
+    a function are the script's own business: it may do without them."""
+    for statement in tree.body:
         if isinstance(statement, ast.Import):
             names = [alias.name for alias in statement.names]
         elif isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
@@ -85,22 +101,3 @@ def _installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return True  # a finder that cannot tell: the runs will
-
-
-def _does_not_compile(path: Path) -> str | None:
-    """Why Python cannot compile the script at `path` (compiled only, never run: the parser's
-    own limits bound it; a script past MAX_COMPILED_BYTES is left to its runs), or None."""
-    try:
-        source, longer = read_untrusted(path, MAX_COMPILED_BYTES)
-    except (OSError, UntrustedFileError):
-        return None  # the runs say what is wrong with it
-    if longer:
-        return None
-    try:
-        compile(source, path.name, "exec", dont_inherit=True)
-    except SyntaxError as exc:  # IndentationError and TabError too
-        where = f" (line {exc.lineno})" if exc.lineno else ""
-        return f"{path.name} does not compile: {exc.msg}{where}"
-    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; nesting past the compiler's depth
-        return f"{path.name} does not compile: {type(exc).__name__}: {exc}"
-    return None
