@@ -540,3 +540,49 @@ def test_a_submission_that_uses_up_the_budget_fails_efficiency_and_the_reference
     efficiency = next(c for c in report.checks if c.id == "efficiency")
     assert efficiency.status is Status.FAILED, efficiency.summary
     assert "timed: your script could not be timed: did not finish within" in efficiency.summary, efficiency.summary
+
+
+@pytest.mark.parametrize("reference_s", [0.6, 3.0])
+def test_a_run_that_keeps_the_cpu_busy_is_stopped_at_a_pace_set_by_the_reference_measured_then(carried_practical, reference_s: float) -> None:
+    """A run that never ends by itself is stopped at its pace (grader/grade/options.py
+    pace_limit_s), not at its share of the budget: the submission's first launch gets 1.5 × the
+    4 s floor; stopped there, the reference's same run is launched once, and the submission's is
+    launched again only where 5 × the reference's time gives it markedly more (a loaded machine,
+    a heavy run). The feedback names the reference's time."""
+    practical, submission, solutions = carried_practical
+
+    def busy(job: JobSpec) -> JobResult:
+        if job.name == "ws2":
+            return replace(carried(job), wall_s=job.timeout_s, timed_out=True)
+        return replace(carried(job), wall_s=reference_s if "@reference" in job.name else 0.6)
+
+    runner = FakeRunner(busy)
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
+    names = [job.name for job in runner.jobs]
+    assert runner.jobs[0].timeout_s == 6.0 and names[1] == "ws2@reference"
+    if reference_s > 1.2:  # 5 × 3.0 s = 15 s, more than 1.5 × the 6 s it had
+        assert names[2] == "ws2" and runner.jobs[2].timeout_s == 15.0 and names.count("ws2@reference") == 1
+        limit = "15"
+    else:
+        assert names[2] == "timed@reference"
+        limit = "6"
+    clean_exit = next(c for c in report.checks if c.id == "clean_exit")
+    assert clean_exit.status is Status.FAILED
+    assert f"ws2 (1 node × 2 ranks): did not finish within {limit} s, where the reference solution's same run takes {reference_s:g} s on this machine (a hang, or far too slow?)" in clean_exit.summary, clean_exit.summary
+
+
+def test_a_program_slow_in_every_run_keeps_its_own_pace_and_a_limit_given_is_kept(carried_practical) -> None:
+    """A submission whose runs all take long by a cost of their own (torch.compile) is given
+    twice its longest finished run; a per-run limit given in the options replaces the pace
+    (and no reference is launched to set one); real GPUs get 4 × the floor."""
+    from grader.grade.options import pace_limit_s
+
+    practical, submission, solutions = carried_practical
+    runner = FakeRunner(lambda job: replace(carried(job), wall_s=0.5 if "@reference" in job.name else 5.0))
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
+    assert [(job.name, job.timeout_s) for job in runner.jobs[:3]] == [("ws2", 6.0), ("timed@reference", pytest.approx(runner.jobs[1].timeout_s)), ("timed", 10.0)]
+    assert next(c for c in report.checks if c.id == "clean_exit").status is Status.PASSED
+    given = FakeRunner(lambda job: replace(carried(job), wall_s=job.timeout_s, timed_out=True) if job.name == "ws2" else replace(carried(job), wall_s=0.5))
+    grade(practical, submission, given, GradeOptions(solutions=solutions, seed=5, run_timeout_s=30.0))
+    assert [(job.name, job.timeout_s) for job in given.jobs[:2]] == [("ws2", 30.0), ("timed@reference", pytest.approx(given.jobs[1].timeout_s))]
+    assert pace_limit_s(None, [], first=False, real_gpus=True) == 16.0 and pace_limit_s(2.0, [1.0], first=True) == 10.0

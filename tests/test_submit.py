@@ -361,7 +361,7 @@ def test_the_hook_queues_each_pushed_practical_and_says_so(pushed, store: Result
     assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"queued p6 @{second[:7]}: started as job fake-1", READ_FEEDBACK]
     (record,) = Queue(store).pending()
     assert (record.student, record.practical, record.commit, record.source, record.options) == ("alice", "p6", second, {"kind": "git", "repo": str(repo)}, {"gpus": 1, "time_min": 8, "cpus": 4, "mem_mb": 7168})
-    assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"p6 @{second[:7]}: already queued"]
+    assert receive([f"{first} {second} refs/heads/main"], repo, store, backend) == [f"p6 @{second[:7]}: already queued", READ_FEEDBACK]  # the same commit pushed again (or found by reconciliation first)
     assert receive([f"{'0' * 40} {first} refs/heads/other"], repo, store, backend) == []
     assert receive([f"{second} {second} refs/heads/main"], repo, store, backend) == [f"nothing to grade in {second[:7]} (no practical's folder changed)"]
 

@@ -216,6 +216,8 @@ def _explain_timeout(run: JobResult) -> str:
         parts.append(f"{_ranks([r.rank for r in done])} had already ended ({', '.join(sorted({_status_word(r) for r in done}))})")
     if run.stalled_s is not None:
         return f"hung: stopped after {run.wall_s:.1f} s, when none of its processes had used the CPU for {run.stalled_s:g} s (waiting for something that never comes): " + "; ".join(parts)
+    if run.reference_s is not None:
+        return f"did not finish within {run.spec.timeout_s:.3g} s, where the reference solution's same run takes {run.reference_s:.2g} s on this machine (a hang, or far too slow?): " + "; ".join(parts)
     return f"did not finish within {run.spec.timeout_s:.3g} s (a hang?): " + "; ".join(parts)
 
 

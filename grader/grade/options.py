@@ -1,8 +1,10 @@
 """How a grading is asked for (`GradeOptions`) and every time limit it runs under, resolved in
 one place: the spec's limits or the options' (`time_limits`), each checked run's share of the
-time left (`run_share_s`), the least a launch is started with (`MIN_RUN_S`), and the time kept
-for the reference solution's timed launches (`reference_reserve_s`). The runner's own limit, a
-job that stops using the CPU (grader/run/local.py `IdleWatch`), is the runner's."""
+time left (`run_share_s`), the pace a run of the submission is held to (`pace_limit_s`: from
+the reference solution's measured time for the same run), the least a launch is started with
+(`MIN_RUN_S`), and the time kept for the reference solution's timed launches
+(`reference_reserve_s`). The runner's own limit, a job that stops using the CPU
+(grader/run/local.py `IdleWatch`), is the runner's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,6 +17,12 @@ MIN_RUN_S = 1.0  # a run is skipped rather than started with less time than this
 REFERENCE_LAUNCH_S = 10.0  # the budget kept for each of the reference's timed launches still to come, until one has been seen
 RESERVE_MARGIN = 1.5  # × the longest reference launch seen
 MAX_RESERVE_SHARE = 1 / 3  # of the budget, at most, kept for the reference's launches
+PACE_FLOOR_S = 4.0  # a paced run is given at least this long (×REAL_GPU_PACE_FACTOR on real GPUs)
+FIRST_PACE_FACTOR = 1.5  # × PACE_FLOOR_S for the submission's first launch, before any of its runs has shown its pace
+PACE_FACTOR = 5.0  # × the reference solution's time for the same run, measured on this machine in this grading
+OWN_PACE_FACTOR = 2.0  # × the longest of the submission's own runs that ended by themselves
+REAL_GPU_PACE_FACTOR = 4.0  # a process's first CUDA call alone takes seconds
+RELAUNCH_GAIN = 1.5  # a run stopped at its pace is launched again only for at least this much more time
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,21 @@ def run_share_s(left_s: float, shares: int) -> float:
     checked runs after it and the timed runs as one more. A run that hangs while it keeps the
     CPU busy leaves every later run its time: no check is relabelled "not run"."""
     return max(left_s / max(shares, 1), 0.0)
+
+
+def pace_limit_s(reference_s: float | None, own_s: Sequence[float], first: bool, real_gpus: bool = False) -> float:
+    """How long a run of the submission may take before it is stopped as hung or far too slow,
+    when the budget leaves it more: PACE_FACTOR × the reference solution's time for the same
+    run measured here (`reference_s`, None until measured), at least OWN_PACE_FACTOR × the
+    longest of the submission's runs that ended by themselves (`own_s`: a program slow in every
+    run by a cost of its own, say one that compiles, keeps its own pace) and at least
+    PACE_FLOOR_S (FIRST_PACE_FACTOR × that for the submission's `first` launch, which shows its
+    pace). A run that keeps the CPU busy forever is then stopped in seconds, not at its share of
+    the budget; the time a run is given grows with the machine's load, since the reference is
+    measured under it. (p6's reference takes 0.3-1 s a run on a 2-core machine; with
+    `torch.compile` (inductor) a correct p6 takes 2.5-5 s.)"""
+    floor = PACE_FLOOR_S * (REAL_GPU_PACE_FACTOR if real_gpus else 1.0) * (FIRST_PACE_FACTOR if first else 1.0)
+    return max(floor, PACE_FACTOR * (reference_s or 0.0), OWN_PACE_FACTOR * max(own_s, default=0.0))
 
 
 def reference_reserve_s(waiting: int, seen_s: Sequence[float], budget_s: float) -> float:

@@ -34,8 +34,8 @@ from grader.course import Practical
 from grader.grade.answers import load_answers, manual_texts
 from grader.grade.intake import take, unrunnable
 from grader.grade.machine import machine_key
-from grader.grade.options import MIN_RUN_S, GradeOptions, run_share_s, time_limits
-from grader.grade.plan import JobMaker, carried, choose_args, deferred_checks, drawn_note, plan_runs, runs_of
+from grader.grade.options import MIN_RUN_S, RELAUNCH_GAIN, GradeOptions, pace_limit_s, run_share_s, time_limits
+from grader.grade.plan import JobMaker, carried, choose_args, deferred_checks, drawn_note, plan_runs, reference_at_hand, runs_of
 from grader.grade.prepared import Prepared
 from grader.probe.messages import DdpOptions
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
@@ -65,12 +65,38 @@ def environment(seed: int | None) -> dict:
 
 
 @dataclass
+class Paces:
+    """What `pace_limit_s` (grader/grade/options.py) is computed from: the reference solution's
+    time for each run as launched in this grading, and the submission's runs that ended by
+    themselves. `enabled` is False where no reference can be launched (a self-check, a
+    prepared submission) or where the options set the per-run limit."""
+
+    enabled: bool
+    gpus: int  # real CUDA GPUs of this machine
+    reference_s: dict[tuple[str, int | None], float] = field(default_factory=dict)  # (run, steps asked) -> the reference's wall time
+    own_s: list[float] = field(default_factory=list)
+    launched: int = 0  # the submission's paced launches so far
+
+    def holds(self, run: RunDef) -> bool:
+        """Whether the submission's launches of `run` are held to a pace (a run of another
+        practical's solution is a reference itself)."""
+        return self.enabled and not run.solution
+
+    def limit_s(self, run: RunDef, steps: int | None) -> float:
+        real_gpus = bool(self.gpus) and not run.hide_gpus and not run.virtual_gpus
+        return pace_limit_s(self.reference_s.get((run.name, steps)), self.own_s, first=not self.launched, real_gpus=real_gpus)
+
+
+@dataclass
 class _Launcher:
     """Makes one launch within the grading's time limits (grader/grade/options.py): the
     submission's launches leave the time the reference's planned timed launches need
     (`TimedLaunches.reserve_s`), a checked run takes at most its share of the time left, and
-    a launch that would start with less than MIN_RUN_S is skipped, saying why. On a terminal,
-    each launch is told as it starts and as it ends, with its time."""
+    a launch that would start with less than MIN_RUN_S is skipped, saying why. A run of the
+    submission is held to its pace (`Paces`): stopped there, the reference solution's same run
+    is launched (once) to measure it, and the submission's launched again only where that
+    leaves it markedly more time. On a terminal, each launch is told as it starts and as it
+    ends, with its time."""
 
     runner: JobRunner
     job_for: JobMaker
@@ -79,25 +105,49 @@ class _Launcher:
     problem: str | None  # why no launch can be made (the submission cannot be run)
     progress: Callable[[str], None] | None
     timed: TimedLaunches
+    paces: Paces
     ddp_options: DdpOptions | None = None  # the submission's costly DDP options, for the reference's timed launches (set once the checked runs are done)
 
     def __call__(self, run: RunDef, role: str, repeat: int, steps: int | None = None, shares: int = 1) -> JobResult:
+        if role == "reference" or not self.paces.holds(run):
+            result, _ = self._launch(run, role, repeat, steps, shares)
+            if role == "reference" and not result.skipped and failures.explain(result) is None:
+                self.paces.reference_s[(run.name, steps)] = result.wall_s
+            return result
+        result, at_pace = self._launch(run, role, repeat, steps, shares, self.paces.limit_s(run, steps))
+        self.paces.launched += 1
+        if not (at_pace and result.timed_out and result.stalled_s is None):
+            if not (result.timed_out or result.skipped or result.error):
+                self.paces.own_s.append(result.wall_s)
+            return result
+        if (run.name, steps) not in self.paces.reference_s:
+            self(run, "reference", 0, steps)
+        reference_s = self.paces.reference_s.get((run.name, steps))
+        pace = self.paces.limit_s(run, steps) if reference_s is not None else None
+        if pace is None or pace > RELAUNCH_GAIN * result.spec.timeout_s:
+            result, _ = self._launch(run, role, repeat, steps, shares, pace)
+        return replace(result, reference_s=reference_s)
+
+    def _launch(self, run: RunDef, role: str, repeat: int, steps: int | None, shares: int, pace: float | None = None) -> tuple[JobResult, bool]:
+        """One launch, and whether `pace` (rather than the budget) set its limit."""
         kept = 0.0 if role == "reference" else self.timed.reserve_s()
         left = self.deadline - time.monotonic() - kept
-        job = self.job_for(run, run_share_s(left, shares), role, repeat, steps)
+        share = run_share_s(left, shares)
+        job = self.job_for(run, share if pace is None else min(share, pace), role, repeat, steps)
+        at_pace = pace is not None and pace < share and job.timeout_s <= pace
         if role == "reference":
             job = replace(job, ddp_options=self.ddp_options)
         if self.problem:
-            return JobResult(spec=job, ranks=[], skipped=self.problem)
+            return JobResult(spec=job, ranks=[], skipped=self.problem), False
         if left < MIN_RUN_S:
             kept_note = f" ({kept:.0f} s of it are kept for the reference solution's timed launches)" if kept else ""
-            return JobResult(spec=job, ranks=[], skipped=f"the grading's time budget ({self.budget_s:g} s) was used up by earlier runs{kept_note}")
+            return JobResult(spec=job, ranks=[], skipped=f"the grading's time budget ({self.budget_s:g} s) was used up by earlier runs{kept_note}"), False
         if self.progress is None:
-            return self.runner.run(job)
+            return self.runner.run(job), at_pace
         self.progress(f"run {job.name} ({job.describe()})")
         result = self.runner.run(job)
         self.progress(f"{job.name}: {_ended(result)} in {result.wall_s:.1f} s")
-        return result
+        return result, at_pace
 
 
 def _run_all(runs: tuple[RunDef, ...], launch: _Launcher, adopt: Callable[[Iterable[JobResult]], DdpOptions | None]) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
@@ -194,7 +244,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
     env: dict = {}
     staging = Path(tempfile.mkdtemp(prefix="grader-prepared-"))
     try:
-        runner.start()  # warms up while this process imports torch and computes the reference
+        runner.start(trusted=options.solutions is not None)  # warms up while this process imports torch and computes the reference
         env = {**environment(args.get(assignment.seed_argument) if assignment.seed_argument else None), "isolation": runner.isolation, "gpu_telemetry": runner.telemetry}
         deferred = deferred_checks(practical, checks, env["cuda_gpus"], options)
         graded = tuple(c for c in checks if c.id not in deferred)
@@ -216,7 +266,8 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         gpus = env["cuda_gpus"]
         job_for = JobMaker(practical, options, args, folder, prepared, limits.run_s, timed, runs_of(practical, assignment.checks, lambda definition: definition.timed), gpus)
         schedule = Schedule(timed, reference_launched(practical, graded, runs), assignment.timing.repeats, doubts(practical, graded, assignment.timing.warmup_steps), clocked_steps(assignment, args, timed, gpus))
-        launcher = _Launcher(runner, job_for, started + limits.total_s, limits.total_s, prepared.problem, options.progress, TimedLaunches(schedule, limits.total_s))
+        paces = Paces(options.run_timeout_s is None and reference_at_hand(practical, options), gpus)
+        launcher = _Launcher(runner, job_for, started + limits.total_s, limits.total_s, prepared.problem, options.progress, TimedLaunches(schedule, limits.total_s), paces)
         results, timings = _run_all(runs, launcher, partial(adopted_options, references=references))
         timings = checked_timings(practical, args, tuple(r for r in timed if carried(r, gpus)), timings)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error

@@ -118,6 +118,12 @@ def speed_problem(practical: Practical, options: GradeOptions) -> str | None:
     return None
 
 
+def reference_at_hand(practical: Practical, options: GradeOptions) -> bool:
+    """Whether the practical's reference solution can be launched here as the submission is
+    (a script, its solution's folder given): runs are then held to its pace."""
+    return options.solutions is not None and (options.solutions / practical.id).is_dir() and getattr(practical.module, "prepare", None) is None
+
+
 def deferred_checks(practical: Practical, checks: tuple[CheckSpec, ...], gpus: int, options: GradeOptions = GradeOptions()) -> dict[str, str]:
     """Check id -> why it is not graded here: it needs more real GPUs, or it is a speed check
     that cannot be timed in this grading."""

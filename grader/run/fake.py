@@ -21,7 +21,7 @@ class FakeRunner:
         self.started = False
         self.closed = False
 
-    def start(self) -> None:
+    def start(self, trusted: bool = False) -> None:
         self.started = True
 
     def run(self, job: JobSpec) -> JobResult:

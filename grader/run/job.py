@@ -115,6 +115,7 @@ class JobResult:
     notes: tuple[str, ...] = ()  # what the copy of the submission left out (hard links, FIFOs)
     traffic: TrafficReport | str | None = None  # what the hub carried, or why no report came (None: the job had no hub)
     step_ends: tuple[float, ...] | str | None = None  # a timed launch's steps by the hub's clock, or why it cannot be timed (grader/speed/measure.py carried_work)
+    reference_s: float | None = None  # the reference solution's time for the same run here, where the run was stopped at a pace set from it (grader/grade/options.py pace_limit_s)
 
     @property
     def layout(self) -> Layout:
@@ -127,8 +128,9 @@ class JobRunner(Protocol):
     isolation: str  # how student code is isolated, for the results' environment
     telemetry: str  # what GPU telemetry the runner takes ("NVML, 4 GPUs") or why none
 
-    def start(self) -> None:
-        """Get ready (e.g. warm up) without blocking the caller for long."""
+    def start(self, trusted: bool = False) -> None:
+        """Get ready (e.g. warm up) without blocking the caller for long; `trusted`: the
+        reference solution's launches (`JobSpec.private`) are to come, get ready for them too."""
 
     def run(self, job: JobSpec) -> JobResult:
         """Run one job to completion or timeout; never raises for anything the student did."""

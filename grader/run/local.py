@@ -97,7 +97,9 @@ class IdleWatch:
     and every process below it (the kernel's count, `procs.tree_cpu_ticks`). A job whose
     processes all sleep for `window_s` (ranks waiting in a collective that never comes, a
     `time.sleep` or a read that never returns) is hung: the grader stops it then instead of at
-    the run's time limit. A busy hang keeps the CPU busy and runs to the limit."""
+    the run's time limit. A busy hang keeps the CPU busy and runs to the limit. A job stopped at
+    its time limit after half the window without CPU is named hung all the same (`stalled_s`):
+    a limit shorter than the window, e.g. a run's pace (grader/grade/options.py), comes first."""
 
     root: int  # the launcher's pid on the host
     window_s: float
@@ -110,6 +112,19 @@ class IdleWatch:
         if self._ticks < 0 or ticks - self._ticks > IDLE_TICKS:
             self._ticks, self._since = ticks, now
         return now - self._since >= self.window_s
+
+    def idle_s(self) -> float:
+        """How long, as of now, the job has used at most IDLE_TICKS of CPU."""
+        self.idle()
+        return time.monotonic() - self._since
+
+
+def _stalled_s(watch: IdleWatch, stopped_idle: bool) -> float | None:
+    """How long a stopped job had been without CPU, where it counts as hung (IdleWatch)."""
+    if stopped_idle:
+        return watch.window_s
+    idle = watch.idle_s()
+    return round(idle, 1) if idle >= watch.window_s / 2 else None
 
 
 DDP_WARM_MODULE = "torch._dynamo"  # DistributedDataParallel imports it on first construction (~2 s)
@@ -317,9 +332,14 @@ class LocalRunner:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self) -> None:
-        """Start the submission's fork server; it warms up while the caller does other work."""
+    def start(self, trusted: bool = False) -> None:
+        """Start the submission's fork server, and the reference solution's where `trusted`
+        asks; they warm up while the caller does other work."""
         self._own.start()
+        if trusted:
+            domain = self._trusted_domain()
+            if not isinstance(domain, str):
+                domain.start()
 
     def close(self) -> None:
         """Stop the fork servers, release the trusted domain and the GPU source."""
@@ -341,8 +361,10 @@ class LocalRunner:
     def _domain(self, job: JobSpec) -> "_Domain | str":
         """The domain a job runs in: the grader's trusted code (private jobs) apart from the
         submission's, made on first use; or why it cannot be had."""
-        if not job.private:
-            return self._own
+        return self._trusted_domain() if job.private else self._own
+
+    def _trusted_domain(self) -> "_Domain | str":
+        """The domain of the grader's trusted code, made on first use; or why it cannot be had."""
         if self._trusted is None:
             sandbox = self.sandbox.sibling() if self.sandbox else None
             if isinstance(sandbox, str):
@@ -461,7 +483,7 @@ class LocalRunner:
         status: dict[int, str] = {}
         leftovers = 0
         leader_gone = False
-        timed_out = stalled = False
+        timed_out, stalled_s = False, None
         error = None
         watch = IdleWatch(zygote.proc.pid, self._stall_window(job))
         while True:
@@ -472,7 +494,7 @@ class LocalRunner:
                 early = time.monotonic() < deadline
                 if early and not watch.idle():
                     continue
-                timed_out, stalled = True, early
+                timed_out, stalled_s = True, _stalled_s(watch, early)
                 break
             if isinstance(event, Forked) and group is not None:
                 forked = True
@@ -530,7 +552,7 @@ class LocalRunner:
             spec=job,
             ranks=ranks,
             timed_out=timed_out and not launcher_lost,
-            stalled_s=watch.window_s if stalled and not launcher_lost else None,
+            stalled_s=None if launcher_lost else stalled_s,
             wall_s=wall,
             leftovers=leftovers + stray,
             launcher_lost=launcher_lost,

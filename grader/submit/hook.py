@@ -130,6 +130,7 @@ def receive(lines: Iterable[str], repo: Path, store: ResultsStore, course: Cours
     the dispatcher, print one receipt per practical to `out` within about `wait_s`."""
     queue = Queue(store)
     queued: list[Submission] = []
+    known: list[str] = []  # practicals of this push queued or graded before it (the same commit pushed again)
     for line in lines:
         parts = line.split()
         if len(parts) != 3 or parts[2] not in BRANCHES or parts[1] == ZERO:
@@ -145,7 +146,9 @@ def receive(lines: Iterable[str], repo: Path, store: ResultsStore, course: Cours
                 queued.append(submission)
             else:
                 _tell(out, f"{practical} @{new[:7]}: {status}")
+                known.append(practical)
     if not queued:
+        _tell_where_feedback_is(out, known)
         return
     try:
         start_dispatcher()
@@ -162,5 +165,10 @@ def receive(lines: Iterable[str], repo: Path, store: ResultsStore, course: Cours
         time.sleep(0.1)
     for submission in queued:
         _tell(out, f"queued {submission.practical} @{submission.commit[:7]}: {receipts[submission.key] or UNDECIDED}")
-    for practical in dict.fromkeys(s.practical for s in queued):
+    _tell_where_feedback_is(out, [*(s.practical for s in queued), *known])
+
+
+def _tell_where_feedback_is(out: TextIO, practicals: Iterable[str]) -> None:
+    """How to read each practical's feedback, once per practical."""
+    for practical in dict.fromkeys(practicals):
         _tell(out, f"feedback, once graded: {read_command(practical)}")
