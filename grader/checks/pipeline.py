@@ -78,29 +78,29 @@ def _traffic(run: JobResult) -> TrafficReport | str:
     return failures.explain(run) or f"the grader's hub, which carries your stages' process group, sent no report: {reason}"
 
 
-def _stream_problem(stream: list[Message], expected: tuple[tuple[Crossing, ...], ...], what: str, source: int, target: int, rtol: float, atol: float) -> str | None:
+def _stream_problem(stream: list[Message], expected: tuple[tuple[Crossing, ...], ...], what: str, source: int, target: int, rtol: float, atol: float) -> tuple[int, str] | None:
     """Why the sends of one direction across one cut are not the grader's `expected` (by step,
-    then micro-batch, in any order within a step), or None."""
+    then micro-batch, in any order within a step), with the step it shows in; or None."""
     step, used = 0, set()
     for index, message in enumerate(stream):
         if step == len(expected):
-            return f"stage {source} sent stage {target} {len(stream) - index} more {what}(s) than the {len(expected)} steps' micro-batches"
+            return step, f"stage {source} sent stage {target} {len(stream) - index} more {what}(s) than the {len(expected)} steps' micro-batches"
         want = expected[step]
         match = next((i for i, c in enumerate(want) if i not in used and c.rows == message.rows and abs(message.total - c.total) <= rtol * c.scale + atol), None)
         if match is None:
             unused = [i for i in range(len(want)) if i not in used]
             if used:
-                return (
+                return step, (
                     f"step {step}: after the {what}s of micro-batches {sorted(used)}, stage {source} sent stage {target} one that is none of the step's "
                     f"({message.rows} rows, sum {message.total:.6g}): micro-batch {', '.join(map(str, unused))} ({', '.join(str(want[i].rows) for i in unused)} rows) never went"
                 )
             sums = ", ".join(f"{want[i].rows} rows: {want[i].total:.6g}" for i in unused)
-            return f"step {step}: the first {what} stage {source} sent stage {target} ({message.rows} rows, sum {message.total:.6g}) is not the grader's for any micro-batch of the step (the grader's sums: {sums})"
+            return step, f"step {step}: the first {what} stage {source} sent stage {target} ({message.rows} rows, sum {message.total:.6g}) is not the grader's for any micro-batch of the step (the grader's sums: {sums})"
         used.add(match)
         if len(used) == len(want):
             step, used = step + 1, set()
     if step < len(expected):
-        return f"stage {source} sent stage {target} the {what}s of {step} step(s) and {len(used)} of step {step}'s {len(expected[step])} micro-batches, expected {len(expected)} steps"
+        return step, f"stage {source} sent stage {target} the {what}s of {step} step(s) and {len(used)} of step {step}'s {len(expected[step])} micro-batches, expected {len(expected)} steps"
     return None
 
 
@@ -122,17 +122,18 @@ def p2p_values(ctx: CheckContext) -> Verdict:
         stream = messages(report, reference.dim)
         if not stream:
             return False, failures.explain(run) or "no activation or gradient crossed between the stages (dist.send/isend of a [rows, dim] tensor)"
+        problems = []  # (step, forward before backward, cut, message): the earliest is named
         for cut in range(reference.stages - 1):
-            forward = [m for m in stream if (m.source, m.target) == (cut, cut + 1)]
-            backward = [m for m in stream if (m.source, m.target) == (cut + 1, cut)]
-            for found, expected, what, source, target in (
-                (forward, tuple(step[cut] for step in reference.activations), "activation", cut, cut + 1),
-                (backward, tuple(step[cut] for step in reference.gradients), "gradient", cut + 1, cut),
+            for direction, (source, target, what, expected) in enumerate(
+                ((cut, cut + 1, "activation", reference.activations), (cut + 1, cut, "gradient", reference.gradients))
             ):
-                problem = _stream_problem(found, expected, what, source, target, rtol, atol)
+                found = [m for m in stream if (m.source, m.target) == (source, target)]
+                problem = _stream_problem(found, tuple(step[cut] for step in expected), what, source, target, rtol, atol)
                 if problem:
-                    cause = failures.explain(run)
-                    return False, problem + (f" — {cause}" if cause else "")
+                    problems.append((problem[0], direction, cut, problem[1]))
+        if problems:
+            cause = failures.explain(run)
+            return False, min(problems)[3] + (f" — {cause}" if cause else "")
         strays = [m for m in stream if abs(m.source - m.target) != 1]
         if strays:
             return False, f"stage {strays[0].source} sent stage {strays[0].target} a tensor of {strays[0].rows}×{reference.dim}: a stage talks to its neighbours only"
