@@ -54,8 +54,7 @@ def pipeline_training(settings: PipelineSettings) -> PipelineReference:
         torch.manual_seed(settings.seed)
         model = template_pipeline_model(settings.dim, settings.layers)
     model = model.double()
-    n = len(model)
-    bounds = [s * n // settings.stages for s in range(settings.stages + 1)]
+    bounds = [s * len(model) // settings.stages for s in range(settings.stages + 1)]  # the template's cuts
     activations, gradients = [], []
     for step in range(settings.steps):
         x, y = global_batch(settings.seed, step, settings.batch_size, settings.dim)
