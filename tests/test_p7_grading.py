@@ -22,7 +22,7 @@ def test_reference_solution_gets_full_marks_for_both_schedules(tmp_path: Path, c
     order = checks["schedule_order"]["output"]
     assert "gpipe (1 node × 2 ranks): gpipe: micro-batches in flight at most [4, 4] (by stage)" in order
     assert "1f1b (1 node × 2 ranks): 1f1b: micro-batches in flight at most [2, 1] (by stage)" in order
-    assert "1f1b (1 node × 2 ranks): 12 activations and 12 gradients across each of the 1 cut(s), all the grader's" in checks["p2p_values"]["output"]
+    assert "1f1b (1 node × 2 ranks): 12 activations and 12 gradients across each of the 1 cut(s), all the grader's (element by element)" in checks["p2p_values"]["output"]
 
 
 def test_untouched_template_scores_zero_with_one_line_per_check(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -33,7 +33,7 @@ def test_untouched_template_scores_zero_with_one_line_per_check(tmp_path: Path, 
     for check_id in ("p2p_values", "schedule_order", "clean_exit"):
         assert checks[check_id]["output"].startswith("the script stops at TODO 1: keep this stage's part of the model (p7_pipeline.py:"), checks[check_id]["output"]
         assert checks[check_id]["output"].endswith("— in every run"), checks[check_id]["output"]
-    assert checks["pipeline_answers"]["output"].startswith("0 of 6 agree with the theory; bubble.s2_m4: no answer")
+    assert checks["pipeline_answers"]["output"].startswith("0 of 6 right; bubble.s2_m4: no answer")
 
 
 @pytest.mark.parametrize("variant", (*VARIANTS, *UNUSUAL_VARIANTS), ids=[v.name for v in (*VARIANTS, *UNUSUAL_VARIANTS)])

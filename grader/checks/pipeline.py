@@ -4,9 +4,10 @@ micro-batches' activations sent forward and their gradients backward with point-
 Every verdict rests on the grader's hub (grader/probe/transport/hub.py), which carries the
 ranks' process group. For each send it delivered it records the sender, the receiver, when the
 send arrived (`Part.at`) and when it was delivered, i.e. matched with the receiver's recv
-(`Carried.done`), both by the hub's clock, the tensors' shapes and the sum of each (the data
-of a send is not kept); a send never received is not recorded. The expected values are the
-grader's own single-process training (grader/practicals/p7.py).
+(`Carried.done`), both by the hub's clock, the tensors' shapes, the sum of each and, within
+the plan's keep_bytes, their data; a send never received is not recorded, nor when a recv was
+posted. The expected values are the grader's own single-process training
+(grader/practicals/p7.py).
 """
 from __future__ import annotations
 
@@ -18,18 +19,20 @@ from grader.checks import failures
 from grader.checks.answers import _number
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
-from grader.probe.transport.traffic import Carried, TrafficReport
+from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult
+from grader.traffic.report import kept_tensors
 
 
 @dataclass(frozen=True)
 class Crossing:
-    """What crosses a cut for one micro-batch: its rows, the sum of its elements and the sum of
-    their absolute values (the scale of the comparison's tolerance)."""
+    """What crosses a cut for one micro-batch: its rows, the sum of its elements, the sum of
+    their absolute values (the scale of a comparison of sums) and the elements (float64, flat)."""
 
     rows: int
     total: float
     scale: float
+    values: Any = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Message:
     received: float
     rows: int
     total: float
+    data: Any = None  # its elements (float64, flat) where the hub kept them
 
 
 def messages(report: TrafficReport, dim: int) -> list[Message]:
@@ -67,7 +71,7 @@ def messages(report: TrafficReport, dim: int) -> list[Message]:
         part = carried.members[0]
         if len(part.inputs) != 1 or len(part.inputs[0].shape) != 2 or part.inputs[0].shape[1] != dim or not part.inputs[0].dtype.startswith("float"):
             continue
-        found.append(Message(part.rank, carried.root, part.at, carried.done, part.inputs[0].shape[0], float(part.sums[0])))
+        found.append(Message(part.rank, carried.root, part.at, carried.done, part.inputs[0].shape[0], float(part.sums[0]), kept_tensors(carried, part.rank)))
     return sorted(found, key=lambda m: m.sent)
 
 
@@ -78,6 +82,17 @@ def _traffic(run: JobResult) -> TrafficReport | str:
     return failures.explain(run) or f"the grader's hub, which carries your stages' process group, sent no report: {reason}"
 
 
+def same(message: Message, crossing: Crossing, rtol: float, atol: float) -> bool:
+    """Whether a send is what crosses the cut for that micro-batch: element by element where
+    the hub kept its data (within atol + rtol × the grader's value), else by its sum (within
+    atol + rtol × the sum of the absolute values)."""
+    if message.rows != crossing.rows:
+        return False
+    if message.data is not None and crossing.values is not None:
+        return message.data.shape == crossing.values.shape and bool(((message.data - crossing.values).abs() <= atol + rtol * crossing.values.abs()).all())
+    return abs(message.total - crossing.total) <= rtol * crossing.scale + atol
+
+
 def _stream_problem(stream: list[Message], expected: tuple[tuple[Crossing, ...], ...], what: str, source: int, target: int, rtol: float, atol: float) -> tuple[int, str] | None:
     """Why the sends of one direction across one cut are not the grader's `expected` (by step,
     then micro-batch, in any order within a step), with the step it shows in; or None."""
@@ -86,7 +101,7 @@ def _stream_problem(stream: list[Message], expected: tuple[tuple[Crossing, ...],
         if step == len(expected):
             return step, f"stage {source} sent stage {target} {len(stream) - index} more {what}(s) than the {len(expected)} steps' micro-batches"
         want = expected[step]
-        match = next((i for i, c in enumerate(want) if i not in used and c.rows == message.rows and abs(message.total - c.total) <= rtol * c.scale + atol), None)
+        match = next((i for i, c in enumerate(want) if i not in used and same(message, c, rtol, atol)), None)
         if match is None:
             unused = [i for i in range(len(want)) if i not in used]
             if used:
@@ -108,8 +123,8 @@ def p2p_values(ctx: CheckContext) -> Verdict:
     """Every stage sends each micro-batch's activation forward to the next stage and the
     gradient of its input back to the one before, with the values of the grader's own
     single-process training, in every step (so the parameter updates are right too: step k's
-    activations depend on step k − 1's update). The hub records each send's sum, compared
-    within rtol of the sum of its absolute values."""
+    activations depend on step k − 1's update). Compared element by element where the hub kept
+    the data, else by the sum it records."""
     rtol, atol = ctx.options["rtol"], ctx.options["atol"]
 
     def judge(run: JobResult) -> tuple[bool, str]:
@@ -138,7 +153,9 @@ def p2p_values(ctx: CheckContext) -> Verdict:
         if strays:
             return False, f"stage {strays[0].source} sent stage {strays[0].target} a tensor of {strays[0].rows}×{reference.dim}: a stage talks to its neighbours only"
         sends = reference.steps * reference.micro_batches
-        return True, f"{sends} activations and {sends} gradients across each of the {reference.stages - 1} cut(s), all the grader's"
+        unkept = sum(m.data is None for m in stream)
+        how = "element by element" if not unkept else f"element by element, {unkept} by their sums (the hub kept no more data)"
+        return True, f"{sends} activations and {sends} gradients across each of the {reference.stages - 1} cut(s), all the grader's ({how})"
 
     return per_run(ctx, judge, "every activation and gradient sent is the grader's")
 
@@ -236,23 +253,25 @@ def _fraction(value: Any) -> float | None:
 
 
 def pipeline_answers(ctx: CheckContext) -> Verdict:
-    """The numbers in the answers file agree with the theory: the bubble fraction
-    (S − 1) / (M + S − 1) for the four (S, M) asked (within `tolerance`), and the most
-    micro-batches the first stage holds with S = 4, M = 8: M in GPipe, S in 1F1B."""
+    """The answers with one right value (the bubble fractions, the micro-batches the first
+    stage holds in each schedule), against the staff's answer key (solutions/p7/answer_key.yaml,
+    whose names are the answers' keys with the first dot an underscore), within `tolerance`;
+    decimals or fractions ("1/4"); partial credit."""
+    if ctx.answer_key is None:
+        return Verdict(False, "", deferred="the answer key stays with the course staff: the autograder grades these answers")
     if ctx.answers is None or ctx.answers.problem:
         return Verdict(False, ctx.answers.problem if ctx.answers else "this practical has no answers file")
-    expected: dict[str, float] = {f"bubble.s{s}_m{m}": (s - 1) / (m + s - 1) for s, m in ((2, 4), (2, 8), (4, 8), (4, 32))}
-    expected |= {"in_flight.gpipe": 8, "in_flight.1f1b": 4}
     wrong = []
-    for key, want in expected.items():
-        given = _fraction(ctx.answers.get(key))
-        if given is None or abs(given - want) > ctx.options["tolerance"]:
-            raw = ctx.answers.get(key)
+    for name, want in ctx.answer_key.items():
+        key = name.replace("_", ".", 1)
+        raw = ctx.answers.get(key)
+        given = _fraction(raw)
+        if given is None or abs(given - float(want)) > ctx.options["tolerance"]:
             wrong.append(f"{key}: no answer" if raw is None else f"{key}: you answered {raw!r}")
-    right = len(expected) - len(wrong)
+    right = len(ctx.answer_key) - len(wrong)
     if wrong:
-        return Verdict(False, f"{right} of {len(expected)} agree with the theory; " + "; ".join(wrong[:3]), fraction=right / len(expected))
-    return Verdict(True, f"all {len(expected)} agree with the theory")
+        return Verdict(False, f"{right} of {len(ctx.answer_key)} right; " + "; ".join(wrong[:3]), fraction=right / len(ctx.answer_key))
+    return Verdict(True, f"all {len(ctx.answer_key)} right")
 
 
 TOLERANCES = {

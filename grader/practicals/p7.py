@@ -42,7 +42,7 @@ def template_pipeline_model(dim: int, layers: int) -> Any:
 
 
 def _crossing(tensor: Any) -> Crossing:
-    return Crossing(int(tensor.shape[0]), float(tensor.sum()), float(tensor.abs().sum()))
+    return Crossing(int(tensor.shape[0]), float(tensor.sum()), float(tensor.abs().sum()), tensor.detach().reshape(-1).clone())
 
 
 def pipeline_training(settings: PipelineSettings) -> PipelineReference:
