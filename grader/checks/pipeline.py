@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from grader.checks import failures
-from grader.checks.answers import _number
+from grader.checks.answers import answer_number
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
 from grader.probe.transport.traffic import TrafficReport
@@ -247,9 +247,9 @@ def schedule_order(ctx: CheckContext) -> Verdict:
 def _fraction(value: Any) -> float | None:
     """A number as a person writes it: 0.2, "0.2" or "1/5"."""
     if isinstance(value, str) and value.count("/") == 1:
-        top, bottom = (_number(part) for part in value.split("/"))
+        top, bottom = (answer_number(part) for part in value.split("/"))
         return top / bottom if top is not None and bottom else None
-    return _number(value)
+    return answer_number(value)
 
 
 def pipeline_answers(ctx: CheckContext) -> Verdict:
