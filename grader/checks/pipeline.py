@@ -168,7 +168,7 @@ class Event:
     change: int
 
 
-def stage_events(stream: list[Message], stage: int, stages: int) -> list[Event]:
+def stage_events(stream: list[Message], stage: int) -> list[Event]:
     """When micro-batches entered and left `stage`, as the hub saw it: a micro-batch enters
     when its activation reaches the stage (the first stage: when it sends it on) and leaves
     when the stage sends its gradient back (the first stage: when that gradient reaches it,
@@ -228,7 +228,7 @@ def schedule_order(ctx: CheckContext) -> Verdict:
         stream = messages(report, reference.dim)
         peaks = []
         for stage in range(reference.stages):
-            events = stage_events(stream, stage, reference.stages)
+            events = stage_events(stream, stage)
             if not events:
                 return False, f"no activation reached or left stage {stage}: the stages never passed micro-batches"
             problem = order_problem(events, schedule, stage, reference.stages, reference.micro_batches)
