@@ -125,7 +125,7 @@ def _practical_module(course: Course, practical: str) -> ModuleType:
 
 
 def unknown_practical(course: Course, practical: str) -> str:
-    """"unknown practical 'p7' (did you mean p4?); this course has: p4, p5, p6, p10"."""
+    """"unknown practical 'p8' (did you mean p7?); this course has: p4, p5, p6, p7, p10"."""
     close = difflib.get_close_matches(practical, course.practicals, n=1)
     guess = f" (did you mean {close[0]}?)" if close else ""
     return f"unknown practical {practical!r}{guess}; this course has: {', '.join(course.practicals) or 'none'}"

@@ -65,7 +65,7 @@ def test_bad_command_lines_exit_2() -> None:
     assert done.returncode == 2 and "SUBMISSION" in done.stderr.upper()
     assert run_cli("grade", "p6", "x", "--world-size", "0").returncode == 2
     typo = run_cli("check", "pp6")
-    assert typo.returncode == 2 and "error: unknown practical 'pp6' (did you mean p6?); this course has: p4, p5, p6, p10" in typo.stderr
+    assert typo.returncode == 2 and "error: unknown practical 'pp6' (did you mean p6?); this course has: p4, p5, p6, p7, p10" in typo.stderr
     assert "AUTOGRADER ERROR" not in typo.stdout
 
 

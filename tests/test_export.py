@@ -14,7 +14,7 @@ from helpers import ROOT, copy_course, run_cli
 
 
 def export(course: Path, out: Path, *practicals: str) -> subprocess.CompletedProcess:
-    return run_cli("--course-root", str(course), "export-student", *(practicals or ("p4", "p5", "p6", "p10")), "--out", str(out))
+    return run_cli("--course-root", str(course), "export-student", *(practicals or ("p4", "p5", "p6", "p7", "p10")), "--out", str(out))
 
 
 def test_the_export_holds_templates_public_checks_and_the_self_check(tmp_path: Path) -> None:
@@ -30,7 +30,7 @@ def test_the_export_holds_templates_public_checks_and_the_self_check(tmp_path: P
     assert [c["id"] for c in spec["checks"]] == ["rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit", "efficiency", "ddp_vs_dp"]
     assert "python -m grader check" in (out / ".github" / "workflows" / "student-self-check.yml").read_text()
     assert (out / "assignments" / "p6" / "p6_ddp.py").read_bytes() == (ROOT / "assignments" / "p6" / "p6_ddp.py").read_bytes()
-    assert yaml.safe_load((out / "course.yaml").read_text())["practicals"] == ["p4", "p5", "p6", "p10"]
+    assert yaml.safe_load((out / "course.yaml").read_text())["practicals"] == ["p4", "p5", "p6", "p7", "p10"]
     assert not [f for f in files if f.endswith("answer_key.yaml")]  # the answers with one right value stay home
     ignored = (out / ".gitignore").read_text().splitlines()
     assert {".venv/", "__pycache__/", "*.egg-info/", "results*.json", "results*-runs/", "observe-out/"} <= set(ignored)

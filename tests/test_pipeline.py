@@ -113,7 +113,7 @@ def test_on_gpu_nodes_carried_cpu_runs_see_no_gpu_and_runs_with_too_few_gpus_go_
 
 
 def test_the_hub_keeps_what_a_check_reads_of_a_launch() -> None:
-    """A checked run's data whole; a timed launch of the submission its first steps (checked
+    """A checked run's data whole (its sends' too); a timed launch of the submission its first steps (checked
     against the grader's training); none of the reference's timed launches (the grader's own
     code, timed by its all-reduces' sizes) nor of a timing workload no speed check reads."""
     checked, timed = RunDef(name="ws2", layout=Layout(1, 2), carried=True), RunDef(name="timed", layout=Layout(1, 2), carried=True)
@@ -124,6 +124,8 @@ def test_the_hub_keeps_what_a_check_reads_of_a_launch() -> None:
         "--no-timing": carrier_plan(timed, (), frozenset({"timed"}), 60).keep_bytes,
     }
     assert kept == {"checked": KEEP_BYTES, "own timed": KEEP_TIMED_BYTES, "reference timed": 0, "--no-timing": 0}
+    # sends' data (p7's activations and gradients) in a checked run only
+    assert carrier_plan(checked, (timed,), frozenset({"timed"}), 60).keep_sends and not carrier_plan(timed, (timed,), frozenset({"timed"}), 60).keep_sends
 
 
 def test_the_launcher_warms_up_what_ddp_imports_only_for_the_practicals_the_hub_carries() -> None:

@@ -17,7 +17,7 @@ def _problem(answers: Answers | None) -> str | None:
     return answers.problem
 
 
-def _number(value: Any) -> float | None:
+def answer_number(value: Any) -> float | None:
     """A finite number, or None (other text, booleans, NaN, infinities, integers beyond a
     float). Text that reads as a number counts as one: YAML 1.1 loads `5e-3` (no dot) as the
     string '5e-3', and a person wrote a number."""
@@ -62,7 +62,7 @@ def timing_table(ctx: CheckContext) -> Verdict:
         return Verdict(False, problem)
     key = ctx.options["key"]
     fields = ("single_gpu.step_time", "single_gpu.total_time", "data_parallel.gpus", "data_parallel.step_time", "data_parallel.total_time", "speedup")
-    values = {name: _number(ctx.answers.get(f"{key}.{name}")) for name in fields}
+    values = {name: answer_number(ctx.answers.get(f"{key}.{name}")) for name in fields}
     empty = [name for name, value in values.items() if value is None or value <= 0]
     if empty:
         return Verdict(False, f"{key}: fill in {', '.join(empty)} with positive numbers")

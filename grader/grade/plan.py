@@ -64,9 +64,9 @@ def carrier_plan(run: RunDef, timed: tuple[RunDef, ...], workloads: frozenset[st
     no speed check reads it (`--no-timing`: it ran for `clean_exit` alone; p6's would carry
     80 MiB of gradients to the grader for nothing)."""
     if run in timed:
-        return CarrierPlan(wait_s=run_timeout, keep_bytes=0 if trusted else KEEP_TIMED_BYTES, keep_broadcasts=False)
+        return CarrierPlan(wait_s=run_timeout, keep_bytes=0 if trusted else KEEP_TIMED_BYTES, keep_broadcasts=False, keep_sends=False)
     if run.name in workloads:
-        return CarrierPlan(wait_s=run_timeout, keep_bytes=0, keep_broadcasts=False)
+        return CarrierPlan(wait_s=run_timeout, keep_bytes=0, keep_broadcasts=False, keep_sends=False)
     return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_BYTES, keep_broadcasts=True)
 
 

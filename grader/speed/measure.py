@@ -52,6 +52,7 @@ from grader.checks import failures
 from grader.checks.distributed import claims_of
 from grader.probe.recorder.events import DdpArgs, Optimizer
 from grader.probe.messages import DdpOptions
+from grader.practicals.reference import DataParallelReference
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
 from grader.traffic.training import TrainingSeen, sized_step_ends, step_ends
@@ -89,10 +90,11 @@ def adopted_options(results: Iterable[JobResult], references: Mapping[str, Any])
     whose traffic shows its training confirms them (`confirmed_options`); None: DDP's defaults,
     or no run shows them. The reference's timed launches build their DDP with them, so that an
     option DDP offers is not the student's slowness; a claim in the records that the traffic
-    does not show is not taken on."""
+    does not show is not taken on. A run whose reference is no data-parallel training (p7's
+    pipeline) has no DDP options to show."""
     for run in results:
         reference = references.get(run.spec.name)
-        if reference is None or not isinstance(run.traffic, TrafficReport) or not run.ranks:
+        if not isinstance(reference, DataParallelReference) or not isinstance(run.traffic, TrafficReport) or not run.ranks:
             continue
         seen = reference.seen(run, lambda run=run, reference=reference: claims_of(run, reference.workload))
         if isinstance(seen, TrainingSeen) and seen.steps and not seen.problem:

@@ -376,7 +376,7 @@ class Hub:
         if len(self._carried) >= MAX_CARRIED:
             self._omitted += 1
             return
-        part = self._part(source, call, tensors, sent, False)
+        part = self._part(source, call, tensors, sent, self.plan.keep_sends and error is None)
         self._carried.append(Carried(group.name, -1, "send", "", target, self.now(), (part,), error))
 
     def report(self) -> TrafficReport:

@@ -30,6 +30,7 @@ class CarrierPlan:
     wait_s: float  # from a collective's first member to its last, at most
     keep_bytes: int  # raw bytes of floating-point inputs of reductions (and broadcasts) kept, at most (beyond: only their sums)
     keep_broadcasts: bool = True  # broadcasts' data count too (DDP's start: whether it was built); a timed launch keeps reductions only
+    keep_sends: bool = True  # sends' data count too (p7's activations and gradients); a timed launch keeps none
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Part:
     rank: int  # global rank
     at: float  # seconds on the hub's clock when its call arrived
     inputs: tuple[TensorMeta, ...]
-    data: Blob  # its inputs' bytes, one after the other; "" when not kept
+    data: Blob  # its inputs' bytes, one after the other; "" when not kept (beyond the plan's keep_bytes, or not floating point)
     sums: tuple[Value, ...]  # per input: the sum of its elements, in its own precision (0 for whole numbers)
 
 

@@ -1,0 +1,51 @@
+"""p7 end to end: a two-stage pipeline under GPipe and 1F1B, judged on the sends the grader's
+hub carried. One grading per submission; each test asserts all it needs of it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, assert_loses_exactly, checks_by_id, grade_in_process
+from p7_variants import ALL_CHECKS, UNUSUAL_VARIANTS, VARIANTS
+from variants import Variant
+
+pytestmark = pytest.mark.slow
+
+
+def test_reference_solution_gets_full_marks_for_both_schedules(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    results = grade_in_process("p7", ROOT / "solutions" / "p7", tmp_path / "r.json")
+    capsys.readouterr()
+    checks = checks_by_id(results)
+    assert {k for k, v in checks.items() if v["status"] == "passed"} == set(ALL_CHECKS)
+    assert results["score"] == 12
+    order = checks["schedule_order"]["output"]
+    assert "gpipe (1 node × 2 ranks): gpipe: micro-batches in flight at most [4, 4] (by stage)" in order
+    assert "1f1b (1 node × 2 ranks): 1f1b: micro-batches in flight at most [2, 1] (by stage)" in order
+    assert "1f1b (1 node × 2 ranks): 12 activations and 12 gradients across each of the 1 cut(s), all the grader's (element by element)" in checks["p2p_values"]["output"]
+
+
+def test_untouched_template_scores_zero_with_one_line_per_check(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    results = grade_in_process("p7", ROOT / "assignments" / "p7", tmp_path / "r.json")
+    capsys.readouterr()
+    checks = checks_by_id(results)
+    assert results["score"] == 0 and set(checks) == set(ALL_CHECKS)
+    for check_id in ("p2p_values", "schedule_order", "clean_exit"):
+        assert checks[check_id]["output"].startswith("the script stops at TODO 1: keep this stage's part of the model (p7_pipeline.py:"), checks[check_id]["output"]
+        assert checks[check_id]["output"].endswith("— in every run"), checks[check_id]["output"]
+    assert checks["pipeline_answers"]["output"].startswith("0 of 6 right; bubble.s2_m4: no answer")
+
+
+@pytest.mark.parametrize("variant", (*VARIANTS, *UNUSUAL_VARIANTS), ids=[v.name for v in (*VARIANTS, *UNUSUAL_VARIANTS)])
+def test_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    results = grade_in_process("p7", variant.write(tmp_path / variant.name, "p7"), tmp_path / "r.json")
+    capsys.readouterr()
+    assert_loses_exactly(results, variant.loses, variant.messages)
+    if variant.name == "1f1b_warm_up_reversed_deadlocks":
+        # named a hang within seconds, where each stage waits; not left to the run's 60 s
+        for check_id in variant.loses:
+            output = checks_by_id(results)[check_id]["output"]
+            assert "1f1b (1 node × 2 ranks): hung: stopped after" in output and "when none of its processes had used the CPU for 4 s" in output, output
+            assert "rank 0 waits at p7_pipeline.py:" in output and "in backward: dist.recv(grad, src=stage + 1)" in output, output
+            assert "rank 1 waits at p7_pipeline.py:" in output and "in forward: dist.recv(inp, src=stage - 1)" in output, output
+        assert results["execution_time"] < 40
