@@ -199,15 +199,16 @@ def test_without_the_hub_the_graders_clock_times_whole_launches_and_a_slowed_clo
 
 
 # rank 1 waits for a message rank 0 never sends, while rank 0 waits in DDP's all-reduce: a
-# deadlock the hub cannot answer (a receive and a collective are no mismatch); with 3 ranks,
-# every rank spins instead (a hang that keeps the CPU busy)
-DEADLOCK = Variant("rank1_waits_for_a_message_never_sent", (("p6_ddp.py", "t0 = time.time()\n", "t0 = time.time()\nwhile world_size == 3:\n    pass\nif ddp and rank == 1:\n    dist.recv(torch.zeros(1), src=0)\n"),), frozenset())
+# deadlock the hub cannot answer (a receive and a collective are no mismatch); with 1 or 3
+# ranks, every rank spins instead (a hang that keeps the CPU busy): every run hangs
+DEADLOCK = Variant("rank1_waits_for_a_message_never_sent", (("p6_ddp.py", "t0 = time.time()\n", "t0 = time.time()\nwhile world_size in (1, 3):\n    pass\nif ddp and rank == 1:\n    dist.recv(torch.zeros(1), src=0)\n"),), frozenset())
 
 
-def test_a_deadlock_is_named_in_seconds_and_relabels_no_other_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """Every run of several ranks hangs (ws1 has no second rank to wait for): each is stopped
-    once none of its processes uses the CPU, or (ws3, busy) at the pace the reference's same
-    run sets, not at the run's time limit; ws1's checks keep their own verdicts."""
+def test_a_p6_that_hangs_in_every_run_is_graded_in_seconds_each_hang_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Every run hangs (issue 34: graded in at most 45 s, each hang named): a deadlocked run is
+    stopped once none of its processes uses the CPU; a spinning one (ws1, ws3) at the pace the
+    reference's same run sets (6 s for the first launch, then 4 s), not at the run's time limit
+    or its share of the budget; no check reads "not run"."""
     folder = DEADLOCK.write(tmp_path / "deadlock", "p6")
     started = time.monotonic()
     code = main(["grade", "p6", str(folder), "--results", str(tmp_path / "r.json"), "--no-views"])
@@ -217,15 +218,14 @@ def test_a_deadlock_is_named_in_seconds_and_relabels_no_other_run(tmp_path: Path
     assert elapsed <= 45, elapsed
     results = load_results(tmp_path / "r.json")
     runs = {run["name"]: run for run in results["extra_data"]["runs"]}
-    assert runs["ws1"]["outcome"] == "ok"
-    assert runs["ws3"]["outcome"].startswith("did not finish within 4 s, where the reference solution's same run takes "), runs["ws3"]
-    assert "s on this machine (a hang, or far too slow?): rank 0 waits at p6_ddp.py:" in runs["ws3"]["outcome"], runs["ws3"]
+    for name, limit in (("ws1", 6), ("ws3", 4)):
+        assert runs[name]["outcome"].startswith(f"did not finish within {limit} s, where the reference solution's same run takes "), runs[name]
+        assert "s on this machine (a hang, or far too slow?): rank 0 waits at p6_ddp.py:" in runs[name]["outcome"], runs[name]
     for name in ("ws2", "ws4", "2x2"):
         assert runs[name]["outcome"].startswith("hung: stopped after "), runs[name]
         assert re.search(r"none of its processes had used the CPU for [234](\.\d)? s", runs[name]["outcome"]) and "rank 1 waits at p6_ddp.py:" in runs[name]["outcome"]
     outputs = " ".join(t["output"] for t in results["tests"])
     assert "time budget" not in outputs and "not run" not in outputs
-    assert "✓ ws1 (1 process)" in next(t["output"] for t in results["tests"] if t["name"].startswith("Gradients"))
     efficiency = next(t for t in results["tests"] if "fast as the reference" in t["name"])
     assert "your script could not be timed: hung" in efficiency["output"]
     assert not (tmp_path / "r-runs").exists() and all("views" not in run for run in results["extra_data"]["runs"])  # --no-views

@@ -2,6 +2,7 @@
 hub carried. One grading per submission; each test asserts all it needs of it."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def test_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, caps
         # named a hang within seconds, where each stage waits; not left to the run's 60 s
         for check_id in variant.loses:
             output = checks_by_id(results)[check_id]["output"]
-            assert "1f1b (1 node × 2 ranks): hung: stopped after" in output and "when none of its processes had used the CPU for 4 s" in output, output
+            assert "1f1b (1 node × 2 ranks): hung: stopped after" in output and re.search(r"when none of its processes had used the CPU for [234](\.\d)? s", output), output
             assert "rank 0 waits at p7_pipeline.py:" in output and "in backward: dist.recv(grad, src=stage + 1)" in output, output
             assert "rank 1 waits at p7_pipeline.py:" in output and "in forward: dist.recv(inp, src=stage - 1)" in output, output
         assert results["execution_time"] < 40
