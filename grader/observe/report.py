@@ -36,6 +36,7 @@ class RunSummary:
     timeline_missing: str = ""
     trace: Path | None = None
     start_error: str = ""
+    pipeline: str = ""  # the pipeline diagram's line ("" where the run is no pipeline)
 
 
 # ------------------------------------------------------------------ numbers
@@ -379,6 +380,8 @@ def render_report(processes: list[ObservedProcess], run: RunSummary) -> str:
         lines.append(f"timeline: not drawn ({run.timeline_missing})")
     if run.trace is not None:
         lines.append(f"trace:    {run.trace} (open it in {PERFETTO} or chrome://tracing)")
+    if run.pipeline:
+        lines.append(f"pipeline: {run.pipeline}")
     if run.virtual_gpus:
         lines.append("virtual GPUs: times are CPU times; memory counts the tensors on each virtual device")
     for process in processes:

@@ -1,5 +1,6 @@
 """`python -m grader observe -- CMD`: run the command with every Python process observed, then
-read back what they recorded, write the timeline PNG and the Chrome trace, and make the report.
+read back what they recorded, write the timeline PNG, the Chrome trace and, where the processes
+are a pipeline's stages, the pipeline diagram PNG, and make the report.
 The side effects of observing live here; the command itself runs unmodified."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from grader.observe.pipeline import draw_pipeline, pipeline_diagram
 from grader.observe.records import ObservedProcess, read_processes
 from grader.observe.report import RunSummary, render_report
 from grader.observe.trace import chrome_trace
@@ -18,6 +20,7 @@ from grader.run.virtual_env import virtual_gpu_environment
 
 OBSERVE_DIR_VARIABLE = "GRADER_OBSERVE_DIR"  # read by grader/probe/boot/sitecustomize.py
 TIMELINE = "timeline.png"
+PIPELINE = "pipeline.png"
 TRACE = "trace.json"
 EVENTS = "events"
 
@@ -31,6 +34,7 @@ class Observation:
     timeline: Path | None
     trace: Path
     processes: list[ObservedProcess]
+    pipeline: Path | None = None
 
 
 def observe_environment(events: Path, virtual_gpus: int, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -83,6 +87,21 @@ def write_pictures(processes: list[ObservedProcess], out: Path, heading: str, ab
     return trace, out / TIMELINE, ""
 
 
+def write_pipeline(processes: list[ObservedProcess], out: Path, heading: str) -> tuple[Path | None, str]:
+    """Where the processes are a pipeline's stages, write its diagram into `out`: (the PNG or
+    None, the report's line about it: "" where the run is no pipeline)."""
+    diagram = pipeline_diagram(processes)
+    if diagram is None:
+        return None, ""
+    try:
+        draw_pipeline(diagram, out / PIPELINE, heading)
+    except ImportError as exc:
+        return None, f"not drawn (matplotlib is missing: {exc}); {diagram.summary()}"
+    except Exception as exc:  # noqa: BLE001 - the report and the other pictures are still worth having
+        return None, f"not drawn ({type(exc).__name__}: {exc}); {diagram.summary()}"
+    return out / PIPELINE, f"{out / PIPELINE}: {diagram.summary()}"
+
+
 def observe_command(command: list[str], out: Path, virtual_gpus: int = 0, environ: Mapping[str, str] = os.environ) -> Observation:
     """Run `command` observed; its events go to OUT/events/, the pictures to OUT."""
     events = out / EVENTS
@@ -91,5 +110,6 @@ def observe_command(command: list[str], out: Path, virtual_gpus: int = 0, enviro
     processes = read_processes(events)
     heading = f"observe: {shlex.join(command)}"
     trace, timeline, missing = write_pictures(processes, out, heading[:120], {"command": command, "exit_status": exit_status})
-    summary = RunSummary(command, exit_status, virtual_gpus, timeline, missing, trace, start_error)
-    return Observation(exit_status, render_report(processes, summary), timeline, trace, processes)
+    pipeline, pipeline_line = write_pipeline(processes, out, heading[:120])
+    summary = RunSummary(command, exit_status, virtual_gpus, timeline, missing, trace, start_error, pipeline_line)
+    return Observation(exit_status, render_report(processes, summary), timeline, trace, processes, pipeline)

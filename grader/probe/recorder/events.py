@@ -10,7 +10,7 @@ the `process` header, which carries the version. Every event has
     seq   -- the order in which events began (a span is written at its end, so the file's
              order is the order they ended),
     step  -- the optimizer steps finished before it began;
-a span (forward, backward, allreduce, optimizer) also has `dur`, its length in seconds.
+a span (forward, backward, allreduce, p2p, optimizer) also has `dur`, its length in seconds.
 
 Reading is strict: an unknown kind, a missing, unexpected or ill-typed field, a text or a list
 beyond its bound, or a header of another version raises DamagedRecords with a one-sentence
@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Mapping, TypeVar
 from grader.probe import typed
 from grader.probe.typed import JsonValue, Malformed, Value, dumps, loads, parse_tagged
 
-EVENTS_VERSION = 2
+EVENTS_VERSION = 3  # 3: point-to-point sends and receives (p2p)
 MAX_FILE_BYTES = 64 << 20  # the largest event file the recorder writes (grading asks for less)
 
 
@@ -247,6 +247,21 @@ class AllReduce(Span):
     async_op: bool
 
 
+P2P_OPS = ("send", "recv", "isend", "irecv")  # the point-to-point calls the recorder times
+
+
+@dataclass(frozen=True, kw_only=True)
+class P2p(Span):
+    """A point-to-point call of the script's: dist.send or dist.recv (the span lasts until the
+    tensor went or came), dist.isend or dist.irecv (the span is the posting only), with the peer
+    rank and the tensor's element count."""
+
+    kind: ClassVar[str] = "p2p"
+    op: str  # "send", "recv", "isend" or "irecv"
+    peer: int | None  # dst or src; None for a recv from any source
+    numel: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class OptGrads(Event):
     """Before an optimizer step: the gradients of its parameters (None once values are no
@@ -373,7 +388,7 @@ EVENTS: Mapping[str, type[Event]] = MappingProxyType({
     cls.kind: cls
     for cls in (
         Process, InitPgCall, InitPg, DestroyPg, DdpArgs, Ddp, CommHook, Model, Globals, Forward, ForwardOutput, Backward,
-        AllReduce, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
+        AllReduce, P2p, OptGrads, Optimizer, Memory, Raised, Note, Exit, EndState, Truncated, Cell, DpCase, Mp, Answers,
     )
 })
 E = TypeVar("E", bound=Event)

@@ -12,6 +12,7 @@ What it records (grader.probe.recorder.events defines each event):
                         does by default, or calls the script's own hook (DDP takes only one),
                         also for the built-in hooks where torch has a Python equivalent.
     all-reduce       -- DDP's buckets and every explicit dist.all_reduce, as spans.
+    point-to-point   -- every dist.send, recv, isend and irecv, as spans (peer and size only).
     forward          -- module calls as spans: each outermost call of a model, each DataParallel
                         replica, each one-device stage of a model spread over devices; in the
                         first `detail_steps` steps every call (with its parameters' devices).
@@ -57,6 +58,7 @@ from torch.optim import optimizer as optim_module
 from grader.probe.recorder.events import (
     EVENTS_VERSION,
     MAX_FILE_BYTES,
+    P2P_OPS,
     AllReduce,
     Backward,
     CommHook,
@@ -78,6 +80,7 @@ from grader.probe.recorder.events import (
     Note,
     OptGrads,
     Optimizer,
+    P2p,
     Process,
     Frame,
     Raised,
@@ -345,6 +348,7 @@ class Probe:
             ("init_process_group", self._init_process_group),
             ("destroy_process_group", self._destroy_process_group),
             ("all_reduce", self._all_reduce),
+            *((op, self._point_to_point(op)) for op in P2P_OPS),
         ):
             # wherever torch holds it: DeviceMesh calls init_process_group by its own name
             self._originals[name] = replace_in_torch(c10d, name, replacement)
@@ -452,6 +456,26 @@ class Probe:
             asynchronous = bool(kwargs.get("async_op") or (len(args) > 2 and args[2]))
             numel = tensor.numel()
             self.span(AllReduce, mark, source="call", numel=numel, bytes=numel * tensor.element_size(), bucket=None, async_op=asynchronous)
+
+    def _point_to_point(self, op: str) -> Callable[..., Any]:
+        """dist.<op> timed: one P2p span per call of the script's (a call torch makes inside
+        it passes straight through)."""
+        peer_name = "dst" if "send" in op else "src"
+
+        def timed(tensor, *args, **kwargs):
+            local = self._local
+            if getattr(local, "in_point_to_point", False) or not isinstance(tensor, torch.Tensor):
+                return self._originals[op](tensor, *args, **kwargs)
+            mark = self.begin()
+            local.in_point_to_point = True
+            try:
+                return self._originals[op](tensor, *args, **kwargs)
+            finally:
+                local.in_point_to_point = False
+                peer = args[0] if args else kwargs.get(peer_name)
+                self.span(P2p, mark, op=op, peer=peer if isinstance(peer, int) else None, numel=tensor.numel())
+
+        return timed
 
     # ---------------------------------------------------------------- DDP
     def _before_ddp_init(self, build: Any, ddp: DistributedDataParallel, args: tuple, kwargs: dict) -> None:
