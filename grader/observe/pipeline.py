@@ -18,7 +18,9 @@ from grader.observe.timeline import COLOURS, _plain, visible
 from grader.probe.recorder.events import Backward, Forward, P2p
 
 WAITING = "#F2D7A7"  # a blocking recv: the stage waits for an activation or a gradient
-BLOCK_INCHES = 0.9  # height of a stage's row
+BLOCK_INCHES = 0.7  # height of a stage's row
+MAX_SLOT_TICKS = 40  # the textbook panel numbers every slot up to this many
+LABELLED = 0.018  # the narrowest block drawn, as a fraction of the time axis: wide enough for "F12"
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,33 @@ class PipelineDiagram:
     rows: tuple[StageRow, ...]
 
     @property
+    def slots(self) -> tuple[tuple[Block, ...], ...]:
+        """Each stage's passes in the order they ran, every pass one unit long and sends
+        free: each starts once its stage's previous pass ended and its input is there (F_i of
+        stage s after F_i of stage s − 1; B_i after B_i of stage s + 1). Where the order
+        cannot run (a pass waits for one that waits for it), the passes before it."""
+        queues = [list(row.blocks) for row in self.rows]
+        done: dict[tuple[int, str, int], float] = {}
+        placed: list[list[Block]] = [[] for _ in queues]
+        free = [0.0] * len(queues)
+        moved = True
+        while moved:
+            moved = False
+            for stage, queue in enumerate(queues):
+                while queue:
+                    block = queue[0]
+                    before = stage - 1 if block.kind == "F" else stage + 1
+                    needs = (before, block.kind, block.micro_batch) if 0 <= before < len(queues) else None
+                    if needs is not None and needs not in done:
+                        break
+                    start = max(free[stage], done[needs] if needs else 0.0)
+                    free[stage] = done[(stage, block.kind, block.micro_batch)] = start + 1
+                    placed[stage].append(Block(block.kind, block.micro_batch, start, start + 1))
+                    queue.pop(0)
+                    moved = True
+        return tuple(tuple(row) for row in placed)
+
+    @property
     def theoretical_bubble(self) -> float:
         """(S − 1) / (M + S − 1): the bubble with equal forward and backward passes on every
         stage and communication for free."""
@@ -77,7 +106,7 @@ class PipelineDiagram:
         bubbles = ", ".join(f"{row.bubble:.0%}" for row in self.rows)
         return (
             f"{self.schedule} seen{asked}, S={self.stages} stages, M={self.micro_batches} micro-batches; "
-            f"step {self.step}: bubble by stage {bubbles}, theory (S−1)/(M+S−1) = {self.theoretical_bubble:.0%}"
+            f"step {self.step}: measured bubble by stage {bubbles}, theory (S−1)/(M+S−1) = {self.theoretical_bubble:.0%}"
         )
 
 
@@ -148,46 +177,55 @@ def pipeline_diagram(processes: list[ObservedProcess]) -> PipelineDiagram | None
     )
 
 
+def _panel(axes, rows: list[tuple[int, tuple[Block, ...], tuple[tuple[float, float], ...], float]], origin: float, scale: float, axis: float) -> None:
+    """Draw one panel's rows (stage, blocks, waits, bubble) on `axes`, `origin` at x = 0."""
+    colours = {"F": COLOURS["forward"], "B": COLOURS["backward"]}
+    for y, blocks, waits, bubble in rows:
+        bars = [((s - origin) * scale, (e - s) * scale) for s, e in waits]
+        axes.broken_barh(bars, (y - 0.12, 0.24), facecolors=WAITING, edgecolor="none", zorder=1)
+        for block in blocks:
+            ((left, width),) = visible([((block.start - origin) * scale, (block.end - block.start) * scale)], axis, LABELLED)
+            axes.broken_barh([(left, width)], (y - 0.38, 0.76), facecolors=colours[block.kind], edgecolor="white", linewidth=0.8, zorder=2)
+            axes.text(left + width / 2, y, block.name, ha="center", va="center", color="white", fontsize=8, fontweight="bold", zorder=3, clip_on=True)
+        axes.text(axis * 1.01, y, f"bubble {bubble:.0%}", ha="left", va="center", fontsize=9)
+    axes.set_ylim(len(rows) - 0.5, -0.5)
+    axes.tick_params(axis="y", length=0)
+    axes.set_xlim(0, axis * 1.12)
+    axes.grid(axis="x", alpha=0.3)
+
+
 def draw_pipeline(diagram: PipelineDiagram, path: Path, heading: str = "") -> None:
-    """Write `diagram` to `path` (PNG): a row per stage, stage 0 on top, each block labelled."""
+    """Write `diagram` to `path` (PNG): above, the step as measured; below, the same order
+    with every pass one slot long (the lecture's diagram). A row per stage, stage 0 on top."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    size = (13.0, 2.4 + BLOCK_INCHES * diagram.stages)
+    panel = 0.9 + BLOCK_INCHES * diagram.stages
+    size = (13.0, 1.9 + 2 * panel)
     figure = Figure(figsize=size, dpi=110)
     FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
+    measured, ideal = figure.subplots(2, 1, sharey=True)
     window = diagram.end - diagram.start
     scale, unit = (1000.0, "ms") if window < 2 else (1.0, "s")
-    axis = window * scale or 1.0
-    colours = {"F": COLOURS["forward"], "B": COLOURS["backward"]}
-    for row in diagram.rows:
-        y = row.stage
-        waits = [((s - diagram.start) * scale, (e - s) * scale) for s, e in row.waits]
-        axes.broken_barh(waits, (y - 0.12, 0.24), facecolors=WAITING, edgecolor="none", zorder=1)
-        for block in row.blocks:
-            left = (block.start - diagram.start) * scale
-            ((left, width),) = visible([(left, (block.end - block.start) * scale)], axis, 0.01)
-            axes.broken_barh([(left, width)], (y - 0.38, 0.76), facecolors=colours[block.kind], edgecolor="white", linewidth=0.8, zorder=2)
-            if width >= axis * 0.012:
-                axes.text(left + width / 2, y, block.name, ha="center", va="center", color="white", fontsize=8, fontweight="bold", zorder=3, clip_on=True)
-        axes.text(axis * 1.005, y, f"bubble {row.bubble:.0%}", ha="left", va="center", fontsize=9)
-    axes.set_ylim(diagram.stages - 0.5, -0.5)
-    axes.set_yticks([row.stage for row in diagram.rows], [_plain(row.label, 40) for row in diagram.rows])
-    axes.tick_params(axis="y", length=0)
-    axes.set_xlim(0, axis * 1.12)
-    axes.set_xlabel(f"time since the step's first forward pass ({unit}); a gap is the bubble: the stage computes nothing")
+    _panel(measured, [(r.stage, r.blocks, r.waits, r.bubble) for r in diagram.rows], diagram.start, scale, window * scale or 1.0)
+    slots = diagram.slots
+    length = max((b.end for row in slots for b in row), default=1.0)
+    _panel(ideal, [(r.stage, row, (), 1 - len(row) / length) for r, row in zip(diagram.rows, slots)], 0.0, 1.0, length)
+    measured.set_yticks([row.stage for row in diagram.rows], [_plain(row.label, 40) for row in diagram.rows])
+    measured.set_xlabel(f"as measured: time since the step's first forward pass ({unit}); a gap is the bubble (the stage computes nothing)", fontsize=9)
+    ideal.set_xlabel("the same order, every pass one time slot and sends free: the textbook diagram", fontsize=9)
+    if length <= MAX_SLOT_TICKS:
+        ideal.set_xticks(range(int(length) + 1))
     asked = f" (--schedule={diagram.asked})" if diagram.asked else ""
     title = [
         _plain(heading, 160),
-        f"{diagram.schedule}{asked}: S = {diagram.stages} stages, M = {diagram.micro_batches} micro-batches, step {diagram.step} of {diagram.steps}",
-        "bubble (idle / the step's span) by stage: " + ", ".join(f"stage {row.stage} {row.bubble:.0%}" for row in diagram.rows)
-        + f" · theory (S−1)/(M+S−1) = {diagram.theoretical_bubble:.0%} (equal passes, free communication)",
+        f"{diagram.schedule} seen{asked}: S = {diagram.stages} stages, M = {diagram.micro_batches} micro-batches, step {diagram.step} (of steps 0–{diagram.steps - 1})",
+        "measured bubble (idle / the step's span): " + ", ".join(f"stage {row.stage} {row.bubble:.0%}" for row in diagram.rows)
+        + f" · theory (S−1)/(M+S−1) = {diagram.theoretical_bubble:.0%}",
     ]
-    axes.set_title("\n".join(line for line in title if line), fontsize=10)
-    axes.grid(axis="x", alpha=0.3)
-    handles = [Patch(color=colours["F"], label="forward Fi"), Patch(color=colours["B"], label="backward Bi"), Patch(color=WAITING, label="waiting in recv")]
+    measured.set_title("\n".join(line for line in title if line), fontsize=10)
+    handles = [Patch(color=COLOURS["forward"], label="forward Fi of micro-batch i"), Patch(color=COLOURS["backward"], label="backward Bi"), Patch(color=WAITING, label="waiting in recv")]
     figure.legend(handles=handles, loc="lower center", ncol=3, frameon=False, fontsize=9)
-    figure.subplots_adjust(left=1.7 / size[0], right=0.98, top=1 - 0.75 / size[1], bottom=1.0 / size[1])
+    figure.subplots_adjust(left=1.7 / size[0], right=0.98, top=1 - 0.75 / size[1], bottom=0.95 / size[1], hspace=0.9 / panel)
     figure.savefig(path, format="png")
