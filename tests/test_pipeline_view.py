@@ -11,7 +11,9 @@ import pytest
 from grader.observe.pipeline import is_pipeline, pipeline_diagram, schedule_seen
 from grader.observe.records import ObservedProcess, align
 from grader.observe.run import PIPELINE, observe_command
+from grader.observe.views import write_run_views
 from grader.probe.recorder.events import Backward, Event, Forward, P2p, TensorInfo
+from grader.results.model import RunSummary
 from tests.observations import header, record_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,6 +111,16 @@ def test_a_step_that_did_not_finish_is_not_drawn() -> None:
     unfinished = align([processes[0].record, record_of([e.event for e in processes[1].events if e.start < 26], processes[1].header)])
     diagram = pipeline_diagram(unfinished)
     assert diagram is not None and diagram.step == 0
+
+
+def test_a_graded_run_of_stages_gets_its_diagram_beside_its_timeline_and_others_do_not(tmp_path: Path) -> None:
+    def written(processes: list[ObservedProcess], name: str) -> tuple[str, tuple[str, ...]]:
+        return write_run_views(RunSummary(name, "1 node × 2 ranks", 1.0, "ok", records=tuple(p.record for p in processes)), tmp_path / name)
+
+    text, names = written(stages(GPIPE), "gpipe")
+    assert names[-1] == PIPELINE and (tmp_path / "gpipe" / PIPELINE).is_file() and "pipeline: pipeline.png: GPipe seen" in text
+    text, names = written(stages(GPIPE, p2p=False), "ddp")
+    assert PIPELINE not in names and not (tmp_path / "ddp" / PIPELINE).exists() and "pipeline" not in text
 
 
 @pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="torchrun is not installed beside this Python")
