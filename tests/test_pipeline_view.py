@@ -104,6 +104,7 @@ def test_no_point_to_point_traffic_no_diagram() -> None:
     processes = stages(GPIPE, p2p=False)
     assert not is_pipeline(processes) and pipeline_diagram(processes) is None
     assert pipeline_diagram(stages(GPIPE)[:1]) is None  # one stage alone
+    assert pipeline_diagram(stages(GPIPE) + stages(GPIPE)) is None  # two launches of the same ranks
 
 
 def test_a_step_that_did_not_finish_is_not_drawn() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grader.observe.records import ObservedProcess, Timed
 from grader.observe.report import by_step
@@ -111,10 +112,11 @@ class PipelineDiagram:
 
 
 def is_pipeline(processes: list[ObservedProcess]) -> bool:
-    """Whether the processes are a pipeline's stages: two ranked processes or more, one of
-    which sent or received a tensor point to point from another rank."""
-    ranks = {p.rank for p in processes if p.rank is not None}
-    return len(ranks) > 1 and any(e.peer in ranks - {p.rank} for p in processes for e in p.record.of_kind(P2p))
+    """Whether the processes are a pipeline's stages: ranks 0 to S − 1 (S > 1), one process
+    each (one launch), one of which sent or received a tensor point to point from another."""
+    ranked = [p.rank for p in processes if p.rank is not None]
+    ranks = set(ranked)
+    return len(ranks) > 1 and sorted(ranked) == list(range(len(ranked))) and any(e.peer in ranks - {p.rank} for p in processes for e in p.record.of_kind(P2p))
 
 
 def _passes(process: ObservedProcess) -> tuple[dict[int, list[Timed]], dict[int, list[Timed]]]:
@@ -177,7 +179,7 @@ def pipeline_diagram(processes: list[ObservedProcess]) -> PipelineDiagram | None
     )
 
 
-def _panel(axes, rows: list[tuple[int, tuple[Block, ...], tuple[tuple[float, float], ...], float]], origin: float, scale: float, axis: float) -> None:
+def _panel(axes: Any, rows: list[tuple[int, tuple[Block, ...], tuple[tuple[float, float], ...], float]], origin: float, scale: float, axis: float) -> None:
     """Draw one panel's rows (stage, blocks, waits, bubble) on `axes`, `origin` at x = 0."""
     colours = {"F": COLOURS["forward"], "B": COLOURS["backward"]}
     for y, blocks, waits, bubble in rows:
