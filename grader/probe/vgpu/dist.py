@@ -10,6 +10,12 @@ replaced everywhere torch holds it (DeviceMesh calls it by its own name):
   * device_id: torch validates it against the virtual devices, as on CUDA (an int names
     cuda:k), and binds the group to it.
 
+A barrier is a collective on a one-byte tensor that C++ makes on the barrier's device: the
+group's bound device (init_process_group's device_id) or barrier's `device_ids`, so cuda:k,
+which a CPU build cannot allocate. ProcessGroup.barrier makes it on the CPU instead (gloo
+synchronizes the same way on either), after checking k against the virtual devices as CUDA
+would.
+
 dist.get_backend() then answers "gloo": NCCL itself is not emulated.
 
 DTensor (tensor parallelism, FSDP2) runs its ops in C++ and Python below the torch-function
@@ -29,12 +35,16 @@ mesh's device type, it works as on a CPU mesh:
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed.distributed_c10d as c10d
 
-from grader.probe.patching import after_import, replace_in_torch
+from grader.probe.patching import after_import, dressed, replace_in_torch
+from grader.probe.vgpu.errors import invalid_ordinal
+
+if TYPE_CHECKING:
+    from grader.probe.vgpu.devices import VirtualCuda
 
 
 def gloo_backend(backend: Any) -> Any:
@@ -99,7 +109,29 @@ def _cpu_attention_strategies() -> None:
     )
 
 
-def install_distributed() -> None:
-    """Run NCCL's process groups on gloo, DTensor's random ops as on the CPU (see the module docstring)."""
+def _barrier_on_cpu(vcuda: VirtualCuda, original: Callable) -> Callable:
+    """ProcessGroup.barrier whose token tensor is made on the CPU where it would be on a GPU."""
+    from torch._C._distributed_c10d import BarrierOptions
+
+    def barrier(self: Any, *args: Any, **kwargs: Any) -> Any:
+        opts = kwargs.get("opts", args[0] if args else None)
+        device = getattr(opts, "device", None) if isinstance(opts, BarrierOptions) else None
+        if device is None or device.type != "cuda":
+            return original(self, *args, **kwargs)
+        if device.index is not None and not 0 <= device.index < vcuda.count:
+            raise invalid_ordinal()
+        on_cpu = BarrierOptions()
+        on_cpu.device, on_cpu.device_ids = torch.device("cpu"), list(opts.device_ids)
+        on_cpu.timeout, on_cpu.asyncOp = opts.timeout, opts.asyncOp
+        return original(self, on_cpu)
+
+    return barrier
+
+
+def install_distributed(vcuda: VirtualCuda) -> None:
+    """Run NCCL's process groups on gloo, barriers on the CPU, DTensor's random ops as on the CPU
+    (see the module docstring)."""
     replace_in_torch(c10d, "init_process_group", _on_gloo(c10d.init_process_group))
+    process_group = torch._C._distributed_c10d.ProcessGroup
+    process_group.barrier = dressed(_barrier_on_cpu(vcuda, process_group.barrier), process_group.barrier)
     after_import("torch.distributed.tensor", _like_a_cpu_mesh)

@@ -97,7 +97,7 @@ def install(count: int) -> VirtualCuda:
     install_serialization(vcuda)
     install_autograd(vcuda)
     install_autocast()
-    install_distributed()
+    install_distributed(vcuda)
     torch.compile = _eager_compile(torch.compile)
 
     bootstrap = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
