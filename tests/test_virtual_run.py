@@ -152,3 +152,37 @@ def test_a_gpu_model_shared_with_spawned_processes_stays_on_its_gpu(tmp_path: Pa
     lines = done.stdout.splitlines()
     assert sorted(lines[:2]) == [f"process {rank}: weight on cuda:1, loss on cuda:1, queued on cuda:1" for rank in (0, 1)], done.stdout + done.stderr
     assert lines[2:] == ["exit codes [0, 0]", "updated in place: True cuda:1 [2.0]"]
+
+
+RPC = """
+import os, torch, torch.distributed.rpc as rpc
+
+def on_gpu(k):
+    t = torch.ones(2, device=f"cuda:{k}") * 2
+    return f"{t.device} {torch.cuda.device_count()}", t.cpu()
+
+rank = int(os.environ["RANK"])
+rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+if rank == 0:
+    where, value = rpc.rpc_sync("worker1", on_gpu, args=(1,))
+    print(f"remote: {where} {value.tolist()} on {value.device}", flush=True)
+    try:
+        rpc.rpc_sync("worker1", torch.add, args=(torch.ones(1, device="cuda:0"), 1))
+    except RuntimeError as error:
+        print(f"sent: {str(error).splitlines()[0][:80]}", flush=True)
+rpc.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_function_run_for_a_remote_caller_sees_the_gpus(tmp_path: Path) -> None:
+    """torch.distributed.rpc runs a caller's function on a thread of its C++ agent: it sees the
+    virtual GPUs there too. A GPU tensor sent over RPC (TensorPipe's device maps) is not emulated
+    and says so."""
+    script = tmp_path / "rpc.py"
+    script.write_text(RPC)
+    command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script))
+    done = run_cli("run", "--virtual-gpus", "2", "--", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "remote: cuda:1 2 [2.0, 2.0] on cpu" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "sent: not emulated on virtual GPUs: sending a tensor on cuda:0 over" in done.stdout, done.stdout

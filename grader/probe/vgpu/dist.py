@@ -16,6 +16,14 @@ which a CPU build cannot allocate. ProcessGroup.barrier makes it on the CPU inst
 synchronizes the same way on either), after checking k against the virtual devices as CUDA
 would.
 
+torch.distributed.rpc runs a remote caller's Python function on a thread of its C++ agent,
+which no Python Thread started: the torch-function mode (thread-local) is not active there.
+The function torch calls for it (rpc.internal._run_function) enters the mode first. A tensor
+on a virtual GPU sent over RPC (an argument of a Python function or of one of torch's ops, a
+result) stops with a "not emulated" error:
+TensorPipe refuses CUDA tensors without a device map and moves them to the mapped GPU with
+one, and neither is emulated (the CPU tensor behind it would arrive on the CPU).
+
 dist.get_backend() then answers "gloo": NCCL itself is not emulated.
 
 DTensor (tensor parallelism, FSDP2) runs its ops in C++ and Python below the torch-function
@@ -41,7 +49,8 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 
 from grader.probe.patching import after_import, dressed, replace_in_torch
-from grader.probe.vgpu.errors import invalid_ordinal
+from grader.probe.vgpu.devices import tensors_in
+from grader.probe.vgpu.errors import TAG, invalid_ordinal
 
 if TYPE_CHECKING:
     from grader.probe.vgpu.devices import VirtualCuda
@@ -128,6 +137,53 @@ def _barrier_on_cpu(vcuda: VirtualCuda, original: Callable) -> Callable:
     return barrier
 
 
+RPC_GPU_TENSOR = (
+    "not emulated on virtual GPUs: sending a tensor on cuda:{index} over torch.distributed.rpc "
+    "(TensorPipe's CUDA device maps); move it to the CPU first (.cpu()), as TensorPipe requires without a device map"
+)
+
+
+def _rpc_on_virtual_gpus(vcuda: VirtualCuda, internal: ModuleType) -> None:
+    """rpc.internal._run_function (the callee's entry for a Python function) in the mode; RPC's
+    pickler refuses tensors on virtual GPUs (see the module docstring)."""
+    run_function = internal._run_function
+    table = internal._internal_rpc_pickler._dispatch_table
+    reduce = table[torch.Tensor]
+
+    def tensor_reducer(tensor: torch.Tensor) -> Any:
+        index = getattr(tensor, TAG, None)
+        if index is not None and index >= 0:
+            raise RuntimeError(RPC_GPU_TENSOR.format(index=index))
+        return reduce(tensor)
+
+    table[torch.Tensor] = tensor_reducer
+
+    def in_mode(python_udf: Any) -> Any:
+        with vcuda.active():
+            return run_function(python_udf)
+
+    replace_in_torch(internal, "_run_function", in_mode)
+
+
+def _builtin_refusing_gpu_tensors(invoke: Callable) -> Callable:
+    """rpc's call of one of torch's ops on another worker (its arguments are serialized in C++)."""
+
+    def invoke_builtin(dst: Any, name: str, timeout: Any, *args: Any, **kwargs: Any) -> Any:
+        for tensor in tensors_in((args, kwargs)):
+            index = getattr(tensor, TAG, None)
+            if index is not None and index >= 0:
+                raise RuntimeError(RPC_GPU_TENSOR.format(index=index))
+        return invoke(dst, name, timeout, *args, **kwargs)
+
+    return invoke_builtin
+
+
+def _rpc_api(api: ModuleType) -> None:
+    """rpc's calls of torch's ops refuse tensors on virtual GPUs (see the module docstring)."""
+    for name in ("_invoke_rpc_builtin", "_invoke_remote_builtin"):
+        replace_in_torch(api, name, _builtin_refusing_gpu_tensors(getattr(api, name)))
+
+
 def install_distributed(vcuda: VirtualCuda) -> None:
     """Run NCCL's process groups on gloo, barriers on the CPU, DTensor's random ops as on the CPU
     (see the module docstring)."""
@@ -135,3 +191,5 @@ def install_distributed(vcuda: VirtualCuda) -> None:
     process_group = torch._C._distributed_c10d.ProcessGroup
     process_group.barrier = dressed(_barrier_on_cpu(vcuda, process_group.barrier), process_group.barrier)
     after_import("torch.distributed.tensor", _like_a_cpu_mesh)
+    after_import("torch.distributed.rpc.internal", lambda internal: _rpc_on_virtual_gpus(vcuda, internal))
+    after_import("torch.distributed.rpc.api", _rpc_api)
