@@ -19,7 +19,8 @@ The number of devices is fixed at the first CUDA query, as CUDA does: a CUDA_VIS
 the program set itself before that (different from the one it inherited) picks the visible
 ones. `torch.cuda` and `torch.accelerator` answer as a machine with N GPUs would
 (grader.probe.vgpu.api); DataParallel's scatter / broadcast / gather run on virtual devices
-(grader.probe.vgpu.parallel); checkpoints save and load per device (grader.probe.vgpu.serialization);
+(grader.probe.vgpu.parallel); checkpoints save and load per device, and tensors sent to other processes arrive on theirs
+(grader.probe.vgpu.serialization);
 the autograd engine's Python callbacks run in the mode (grader.probe.vgpu.autograd). Not
 emulated: timing, memory capacity, streams and their overlap, NCCL itself (gloo does the
 collectives).

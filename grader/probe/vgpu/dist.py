@@ -10,6 +10,8 @@ replaced everywhere torch holds it (DeviceMesh calls it by its own name):
   * device_id: torch validates it against the virtual devices, as on CUDA (an int names
     cuda:k), and binds the group to it.
 
+dist.get_backend() then answers "gloo": NCCL itself is not emulated.
+
 A barrier is a collective on a one-byte tensor that C++ makes on the barrier's device: the
 group's bound device (init_process_group's device_id) or barrier's `device_ids`, so cuda:k,
 which a CPU build cannot allocate. ProcessGroup.barrier makes it on the CPU instead (gloo
@@ -20,11 +22,9 @@ torch.distributed.rpc runs a remote caller's Python function on a thread of its 
 which no Python Thread started: the torch-function mode (thread-local) is not active there.
 The function torch calls for it (rpc.internal._run_function) enters the mode first. A tensor
 on a virtual GPU sent over RPC (an argument of a Python function or of one of torch's ops, a
-result) stops with a "not emulated" error:
-TensorPipe refuses CUDA tensors without a device map and moves them to the mapped GPU with
-one, and neither is emulated (the CPU tensor behind it would arrive on the CPU).
-
-dist.get_backend() then answers "gloo": NCCL itself is not emulated.
+result) stops with a "not emulated" error: TensorPipe refuses CUDA tensors without a device
+map and moves them to the mapped GPU with one, and neither is emulated (the CPU tensor behind
+it would arrive on the CPU).
 
 DTensor (tensor parallelism, FSDP2) runs its ops in C++ and Python below the torch-function
 mode, on the CPU tensors behind the virtual devices. A DTensor on a "cuda" mesh reports its
@@ -143,6 +143,13 @@ RPC_GPU_TENSOR = (
 )
 
 
+def _refuse_on_gpu(tensor: torch.Tensor) -> None:
+    """Stop, as not emulated, before a tensor on a virtual GPU is sent over RPC."""
+    index = getattr(tensor, TAG, None)
+    if index is not None and index >= 0:
+        raise RuntimeError(RPC_GPU_TENSOR.format(index=index))
+
+
 def _rpc_on_virtual_gpus(vcuda: VirtualCuda, internal: ModuleType) -> None:
     """rpc.internal._run_function (the callee's entry for a Python function) in the mode; RPC's
     pickler refuses tensors on virtual GPUs (see the module docstring)."""
@@ -151,9 +158,7 @@ def _rpc_on_virtual_gpus(vcuda: VirtualCuda, internal: ModuleType) -> None:
     reduce = table[torch.Tensor]
 
     def tensor_reducer(tensor: torch.Tensor) -> Any:
-        index = getattr(tensor, TAG, None)
-        if index is not None and index >= 0:
-            raise RuntimeError(RPC_GPU_TENSOR.format(index=index))
+        _refuse_on_gpu(tensor)
         return reduce(tensor)
 
     table[torch.Tensor] = tensor_reducer
@@ -170,9 +175,7 @@ def _builtin_refusing_gpu_tensors(invoke: Callable) -> Callable:
 
     def invoke_builtin(dst: Any, name: str, timeout: Any, *args: Any, **kwargs: Any) -> Any:
         for tensor in tensors_in((args, kwargs)):
-            index = getattr(tensor, TAG, None)
-            if index is not None and index >= 0:
-                raise RuntimeError(RPC_GPU_TENSOR.format(index=index))
+            _refuse_on_gpu(tensor)
         return invoke(dst, name, timeout, *args, **kwargs)
 
     return invoke_builtin
@@ -185,8 +188,8 @@ def _rpc_api(api: ModuleType) -> None:
 
 
 def install_distributed(vcuda: VirtualCuda) -> None:
-    """Run NCCL's process groups on gloo, barriers on the CPU, DTensor's random ops as on the CPU
-    (see the module docstring)."""
+    """Run NCCL's process groups on gloo, barriers on the CPU, DTensor's random ops as on the CPU,
+    RPC's remote functions in the mode (see the module docstring)."""
     replace_in_torch(c10d, "init_process_group", _on_gloo(c10d.init_process_group))
     process_group = torch._C._distributed_c10d.ProcessGroup
     process_group.barrier = dressed(_barrier_on_cpu(vcuda, process_group.barrier), process_group.barrier)
