@@ -26,9 +26,8 @@ not counted in the receiver's memory statistics (IPC memory is not its allocator
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import multiprocessing.reduction
+from typing import Any, Callable
 
 import torch
 import torch._tensor
