@@ -88,6 +88,10 @@ try:
     dist.barrier(device_ids=[2])
 except RuntimeError as error:
     print(f"rank {rank}: barrier on cuda:2: {str(error).splitlines()[0]}", flush=True)
+try:
+    dist.split_group(split_ranks=[[0], [1]])
+except RuntimeError as error:
+    print(f"rank {rank}: split: {str(error)[:90]}", flush=True)
 print(f"rank {rank}: {total.tolist()} on {total.device}", flush=True)
 dist.destroy_process_group()
 """
@@ -97,7 +101,8 @@ dist.destroy_process_group()
 def test_barriers_of_a_group_bound_to_its_gpu_run_as_under_nccl(tmp_path: Path) -> None:
     """init_process_group(device_id=cuda:k) binds the group to a GPU, and C++ makes each barrier's
     token tensor there (Lightning's DDP does this); barrier(device_ids=[k]) names it too. They
-    synchronize as on CUDA, and a GPU that is not there is CUDA's error."""
+    synchronize as on CUDA, and a GPU that is not there is CUDA's error. Splitting such a group
+    (gloo's split) is not emulated and says so."""
     script = tmp_path / "bound.py"
     script.write_text(BOUND_BARRIER)
     command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script))
@@ -106,6 +111,7 @@ def test_barriers_of_a_group_bound_to_its_gpu_run_as_under_nccl(tmp_path: Path) 
     for rank in (0, 1):
         assert f"rank {rank}: [3.0, 3.0] on cuda:{rank}" in done.stdout, done.stdout
         assert f"rank {rank}: barrier on cuda:2: CUDA error: invalid device ordinal" in done.stdout, done.stdout
+        assert f"rank {rank}: split: not emulated on virtual GPUs: dist.split_group of a process group bound" in done.stdout, done.stdout
 
 
 HOGWILD = """

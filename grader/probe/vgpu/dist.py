@@ -18,6 +18,11 @@ which a CPU build cannot allocate. ProcessGroup.barrier makes it on the CPU inst
 synchronizes the same way on either), after checking k against the virtual devices as CUDA
 would.
 
+Splitting a group bound to a GPU (dist.split_group, which DeviceMesh uses for the sub-meshes
+of a mesh of 2 or more dimensions when init_process_group had a device_id) is not emulated:
+torch deep-copies the parent's backend options, which gloo's cannot be, and gloo's split is
+not one torch runs itself; it stops with a "not emulated" error instead of a TypeError.
+
 torch.distributed.rpc runs a remote caller's Python function on a thread of its C++ agent,
 which no Python Thread started: the torch-function mode (thread-local) is not active there.
 The function torch calls for it (rpc.internal._run_function) enters the mode first. A tensor
@@ -137,6 +142,25 @@ def _barrier_on_cpu(vcuda: VirtualCuda, original: Callable) -> Callable:
     return barrier
 
 
+SPLIT_BOUND = (
+    "not emulated on virtual GPUs: dist.split_group of a process group bound to a GPU "
+    "(init_process_group(device_id=...)), which DeviceMesh uses for a mesh of 2 or more dimensions; "
+    "gloo runs NCCL's groups here and cannot split one. Without device_id, DeviceMesh makes its groups with new_group, which is emulated"
+)
+
+
+def _split_not_emulated(split_group: Callable) -> Callable:
+    """dist.split_group, stopped as not emulated where it would split a bound gloo group."""
+
+    def split(parent_pg: Any = None, split_ranks: Any = None, timeout: Any = None, pg_options: Any = None, *args: Any, **kwargs: Any) -> Any:
+        parent = parent_pg if parent_pg is not None else c10d._get_default_group()
+        if pg_options is None and getattr(parent, "bound_device_id", None) is not None and c10d.get_backend(parent) == "gloo":
+            raise RuntimeError(SPLIT_BOUND)
+        return split_group(parent_pg, split_ranks, timeout, pg_options, *args, **kwargs)
+
+    return split
+
+
 RPC_GPU_TENSOR = (
     "not emulated on virtual GPUs: sending a tensor on cuda:{index} over torch.distributed.rpc "
     "(TensorPipe's CUDA device maps); move it to the CPU first (.cpu()), as TensorPipe requires without a device map"
@@ -193,6 +217,7 @@ def install_distributed(vcuda: VirtualCuda) -> None:
     replace_in_torch(c10d, "init_process_group", _on_gloo(c10d.init_process_group))
     process_group = torch._C._distributed_c10d.ProcessGroup
     process_group.barrier = dressed(_barrier_on_cpu(vcuda, process_group.barrier), process_group.barrier)
+    replace_in_torch(c10d, "split_group", _split_not_emulated(c10d.split_group))
     after_import("torch.distributed.tensor", _like_a_cpu_mesh)
     after_import("torch.distributed.rpc.internal", lambda internal: _rpc_on_virtual_gpus(vcuda, internal))
     after_import("torch.distributed.rpc.api", _rpc_api)
