@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -59,10 +60,14 @@ def free_port() -> int:
 
 
 def launch(command: tuple[str, ...], folder: Path, grader: tuple[str, ...]) -> subprocess.CompletedProcess:
-    """One launch, in `folder`, under the grader's command `grader` (none: plainly); it must succeed."""
-    env = {**_environment(), "MASTER_PORT": str(free_port()), "TMPDIR": str(folder), "PYTHONPATH": str(ROOT)}
+    """One launch, in `folder`, under the grader's command `grader` (none: plainly); it must succeed.
+    Its temporary files go to a fresh folder of a short path: multiprocessing's sockets live
+    there (torch shares a tensor between processes through one), and a socket's path longer
+    than 108 bytes, as pytest's temporary folders make it, hangs the program, bare or not."""
     prefix = (sys.executable, "-m", "grader", *grader, "--") if grader else ()
-    done = again_after_teardown_abort(lambda: subprocess.run([*prefix, *command], cwd=folder, capture_output=True, text=True, timeout=240, env=env))
+    with tempfile.TemporaryDirectory(prefix="rp-") as scratch:
+        env = {**_environment(), "MASTER_PORT": str(free_port()), "TMPDIR": scratch, "PYTHONPATH": str(ROOT)}
+        done = again_after_teardown_abort(lambda: subprocess.run([*prefix, *command], cwd=folder, capture_output=True, text=True, timeout=240, env=env))
     assert done.returncode == 0, f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     return done
 
@@ -256,6 +261,50 @@ def gradient_accumulation(report: str) -> None:
     assert report.count("only during the last of the 2 backward passes of a step") == 2, report
 
 
+def lightning_ddp(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """Lightning's log of a 2-GPU DDP fit: each rank bound to its GPU at init (device_id),
+    barriers after setup and at the end of fit, losses on the rank's GPU."""
+    contains(
+        outputs[0],
+        "GPU available: True (cuda), used: True",
+        *(f"Initializing distributed: GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/2" for rank in (0, 1)),
+        f"distributed_backend={'gloo' if virtual else 'nccl'}",
+        "All distributed processes registered. Starting with 2 processes",
+        *(f"Epoch 1: rank {rank} loss=" for rank in (0, 1)),
+        "`Trainer.fit` stopped: `max_epochs=2` reached.",
+    )
+    for rank in (0, 1):
+        assert re.search(rf"Epoch 1: rank {rank} loss=\d+\.\d{{4}} on cuda:{rank}", outputs[0]), outputs[0]
+
+
+def mnist_hogwild(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """Two processes train the one shared CUDA model (each logs from its own pid), the parent
+    tests the model they trained and saves it: a CUDA checkpoint (cuda:0) whose weights are no
+    longer the initial ones (the processes' updates reached the parent's model)."""
+    import importlib.util
+
+    import torch
+
+    pids = set(re.findall(r"^(\d+)\tTrain Epoch: 1 \[0/256 \(0%\)\]\tLoss: \d\.\d{6}$", outputs[0], re.MULTILINE))
+    assert len(pids) == 2, outputs[0]
+    assert re.search(r"Test set: Average loss: \d\.\d{4}, Accuracy: \d+/128 \(\d+%\)", outputs[0]), outputs[0]
+    saved = torch.load(folder / "MNIST_hogwild.pt", map_location="cpu")
+    spec = importlib.util.spec_from_file_location("mnist_hogwild_main", folder / "main.py")
+    main = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(folder))
+    try:
+        spec.loader.exec_module(main)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("train", None)
+    torch.manual_seed(1)
+    initial = main.Net().state_dict()
+    assert set(saved) == set(initial) and not torch.equal(saved["fc2.weight"], initial["fc2.weight"])
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="Attempting to deserialize object on a CUDA device"):
+            torch.load(folder / "MNIST_hogwild.pt")
+
+
 def shakespeare_char(folder: Path) -> None:
     """nanoGPT's data, as its prepare.py writes it (synthetic tokens here: no network)."""
     subprocess.run([sys.executable, "data/shakespeare_char/prepare.py"], cwd=folder, check=True, capture_output=True, timeout=120)
@@ -274,6 +323,14 @@ PROGRAMS_RUN = (
     ),
     Program("ddp_example_accelerator_api", "ddp_example", 2, ((*TORCHRUN, "--nproc_per_node=2", "example.py"),), ddp_example),
     Program("model_parallel_tutorial", "model_parallel", 2, ((*PYTHON, "model_parallel.py"),), model_parallel),
+    Program("lightning_ddp_device_id", "lightning_ddp", 2, ((*PYTHON, "lightning_ddp.py"),), lightning_ddp),
+    Program(
+        "mnist_hogwild_cuda",
+        "mnist_hogwild",
+        1,
+        ((*PYTHON, "main.py", "--cuda", "--epochs=1", "--train-size=256", "--test-size=128", "--log-interval=2", "--save_model"),),
+        mnist_hogwild,
+    ),
     Program(
         "dataparallel_tutorial_3_gpus",
         "dataparallel_tutorial",

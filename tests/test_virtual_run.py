@@ -71,3 +71,124 @@ def test_threads_started_by_the_script_see_the_virtual_devices(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "cuda:1 True"
     assert done.stderr.count("virtual GPUs count the memory of the tensors Python saw on them") == 1  # not a silent wrong number: said once, where the script reads it
+
+
+BOUND_BARRIER = """
+import os, torch, torch.distributed as dist
+rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(rank)
+dist.init_process_group("nccl", device_id=torch.device(f"cuda:{rank}"))
+dist.barrier()
+dist.barrier(device_ids=[rank])
+group = dist.new_group([0, 1])
+dist.barrier(group=group)
+total = torch.full((2,), rank + 1.0, device="cuda")
+dist.all_reduce(total, group=group)
+try:
+    dist.barrier(device_ids=[2])
+except RuntimeError as error:
+    print(f"rank {rank}: barrier on cuda:2: {str(error).splitlines()[0]}", flush=True)
+try:
+    dist.split_group(split_ranks=[[0], [1]])
+except RuntimeError as error:
+    print(f"rank {rank}: split: {str(error)[:90]}", flush=True)
+print(f"rank {rank}: {total.tolist()} on {total.device}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_barriers_of_a_group_bound_to_its_gpu_run_as_under_nccl(tmp_path: Path) -> None:
+    """init_process_group(device_id=cuda:k) binds the group to a GPU, and C++ makes each barrier's
+    token tensor there (Lightning's DDP does this); barrier(device_ids=[k]) names it too. They
+    synchronize as on CUDA, and a GPU that is not there is CUDA's error. Splitting such a group
+    (gloo's split) is not emulated and says so."""
+    script = tmp_path / "bound.py"
+    script.write_text(BOUND_BARRIER)
+    command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script))
+    done = run_cli("run", "--virtual-gpus", "2", "--", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: [3.0, 3.0] on cuda:{rank}" in done.stdout, done.stdout
+        assert f"rank {rank}: barrier on cuda:2: CUDA error: invalid device ordinal" in done.stdout, done.stdout
+        assert f"rank {rank}: split: not emulated on virtual GPUs: dist.split_group of a process group bound" in done.stdout, done.stdout
+
+
+HOGWILD = """
+import torch, torch.multiprocessing as mp, torch.nn as nn, torch.nn.functional as F
+
+def train(rank, model, device, queue):
+    x = torch.randn(4, 1, 6, 6).to(device)
+    loss = F.cross_entropy(model(x), torch.tensor([0, 1, 2, 0], device=device))
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.1 * p.grad
+    sent = queue.get()
+    sent.add_(1)
+    print(f"process {rank}: weight on {model[0].weight.device}, loss on {loss.device}, queued on {sent.device}", flush=True)
+
+if __name__ == "__main__":
+    mp.set_start_method("spawn", force=True)
+    device = torch.device("cuda:1")
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(32, 3)).to(device)
+    model.share_memory()
+    before = model[2].bias.detach().clone()
+    queue = mp.Queue()
+    counter = torch.zeros(1, device=device)
+    processes = [mp.Process(target=train, args=(rank, model, device, queue)) for rank in range(2)]
+    for p in processes:
+        p.start()
+        queue.put(counter)
+    for p in processes:
+        p.join()
+    print("exit codes", [p.exitcode for p in processes])
+    print("updated in place:", not torch.equal(before, model[2].bias.detach()), model[2].bias.device, counter.tolist())
+"""
+
+
+def test_a_gpu_model_shared_with_spawned_processes_stays_on_its_gpu(tmp_path: Path) -> None:
+    """PyTorch's Hogwild pattern: a CUDA model's share_memory(), passed to mp.Process (spawn),
+    and a CUDA tensor through an mp.Queue arrive on their GPU, and what the processes write is
+    the parent's memory (CUDA's IPC shares it the same way)."""
+    script = tmp_path / "hogwild.py"
+    script.write_text(HOGWILD)
+    done = run_cli("run", "--virtual-gpus", "2", "--", sys.executable, str(script), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert sorted(lines[:2]) == [f"process {rank}: weight on cuda:1, loss on cuda:1, queued on cuda:1" for rank in (0, 1)], done.stdout + done.stderr
+    assert lines[2:] == ["exit codes [0, 0]", "updated in place: True cuda:1 [2.0]"]
+
+
+RPC = """
+import os, torch, torch.distributed.rpc as rpc
+
+def on_gpu(k):
+    t = torch.ones(2, device=f"cuda:{k}") * 2
+    return f"{t.device} {torch.cuda.device_count()}", t.cpu()
+
+rank = int(os.environ["RANK"])
+rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2)
+if rank == 0:
+    where, value = rpc.rpc_sync("worker1", on_gpu, args=(1,))
+    print(f"remote: {where} {value.tolist()} on {value.device}", flush=True)
+    try:
+        rpc.rpc_sync("worker1", torch.add, args=(torch.ones(1, device="cuda:0"), 1))
+    except RuntimeError as error:
+        print(f"sent: {str(error).splitlines()[0][:80]}", flush=True)
+rpc.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_function_run_for_a_remote_caller_sees_the_gpus(tmp_path: Path) -> None:
+    """torch.distributed.rpc runs a caller's function on a thread of its C++ agent: it sees the
+    virtual GPUs there too. A GPU tensor sent over RPC (TensorPipe's device maps) is not emulated
+    and says so."""
+    script = tmp_path / "rpc.py"
+    script.write_text(RPC)
+    command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script))
+    done = run_cli("run", "--virtual-gpus", "2", "--", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "remote: cuda:1 2 [2.0, 2.0] on cpu" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert "sent: not emulated on virtual GPUs: sending a tensor on cuda:0 over" in done.stdout, done.stdout

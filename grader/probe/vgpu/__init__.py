@@ -8,5 +8,6 @@ Modules:
     autograd, amp, parallel, serialization, dist
                    -- the parts of torch that run below the mode or decide on their own that
                       there is no GPU: autograd callbacks, autocast, DataParallel, checkpoints,
-                      torch.distributed (NCCL on gloo, DTensor).
+                      torch.distributed (NCCL on gloo, barriers, RPC, DTensor),
+                      torch.multiprocessing (tensors sent to other processes).
 """

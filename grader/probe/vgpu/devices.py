@@ -19,7 +19,8 @@ The number of devices is fixed at the first CUDA query, as CUDA does: a CUDA_VIS
 the program set itself before that (different from the one it inherited) picks the visible
 ones. `torch.cuda` and `torch.accelerator` answer as a machine with N GPUs would
 (grader.probe.vgpu.api); DataParallel's scatter / broadcast / gather run on virtual devices
-(grader.probe.vgpu.parallel); checkpoints save and load per device (grader.probe.vgpu.serialization);
+(grader.probe.vgpu.parallel); checkpoints save and load per device, and tensors sent to other processes arrive on theirs
+(grader.probe.vgpu.serialization);
 the autograd engine's Python callbacks run in the mode (grader.probe.vgpu.autograd). Not
 emulated: timing, memory capacity, streams and their overlap, NCCL itself (gloo does the
 collectives).
@@ -46,16 +47,16 @@ def is_index(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
+def tensors_in(value: Any) -> Iterator[torch.Tensor]:
     """The tensors in nested lists, tuples and dicts."""
     if isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _tensors(item)
+            yield from tensors_in(item)
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _tensors(item)
+            yield from tensors_in(item)
 
 
 def _property(func: Callable) -> tuple[str, str] | None:
@@ -253,7 +254,7 @@ class _VirtualMode(TorchFunctionMode):
             target = self.v.index_of(device)  # None for a device other than cpu and cuda (meta): left untagged
             if target is not None and target != CPU:
                 kwargs = {**kwargs, "device": "cpu"}
-        inputs = [*_tensors(args), *_tensors(kwargs)]
+        inputs = [*tensors_in(args), *tensors_in(kwargs)]
         private = name.startswith("_") and not name.startswith("__")
         common, mixed = self._common(inputs)
         if mixed and not private and name not in self.CROSS_DEVICE:
@@ -303,7 +304,7 @@ class _VirtualMode(TorchFunctionMode):
         if target is None:
             return result
         seen = {id(t) for t in inputs}
-        for tensor in _tensors(result):
+        for tensor in tensors_in(result):
             if id(tensor) not in seen or getattr(tensor, TAG, None) is None:
                 self.v.tag(tensor, target)
         return result

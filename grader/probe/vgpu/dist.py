@@ -12,6 +12,25 @@ replaced everywhere torch holds it (DeviceMesh calls it by its own name):
 
 dist.get_backend() then answers "gloo": NCCL itself is not emulated.
 
+A barrier is a collective on a one-byte tensor that C++ makes on the barrier's device: the
+group's bound device (init_process_group's device_id) or barrier's `device_ids`, so cuda:k,
+which a CPU build cannot allocate. ProcessGroup.barrier makes it on the CPU instead (gloo
+synchronizes the same way on either), after checking k against the virtual devices as CUDA
+would.
+
+Splitting a group bound to a GPU (dist.split_group, which DeviceMesh uses for the sub-meshes
+of a mesh of 2 or more dimensions when init_process_group had a device_id) is not emulated:
+torch deep-copies the parent's backend options, which gloo's cannot be, and gloo's split is
+not one torch runs itself; it stops with a "not emulated" error instead of a TypeError.
+
+torch.distributed.rpc runs a remote caller's Python function on a thread of its C++ agent,
+which no Python Thread started: the torch-function mode (thread-local) is not active there.
+The function torch calls for it (rpc.internal._run_function) enters the mode first. A tensor
+on a virtual GPU sent over RPC (an argument of a Python function or of one of torch's ops, a
+result) stops with a "not emulated" error: TensorPipe refuses CUDA tensors without a device
+map and moves them to the mapped GPU with one, and neither is emulated (the CPU tensor behind
+it would arrive on the CPU).
+
 DTensor (tensor parallelism, FSDP2) runs its ops in C++ and Python below the torch-function
 mode, on the CPU tensors behind the virtual devices. A DTensor on a "cuda" mesh reports its
 rank's GPU (grader.probe.vgpu.devices); where DTensor's own code would make CUDA tensors from the
@@ -29,12 +48,17 @@ mesh's device type, it works as on a CPU mesh:
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed.distributed_c10d as c10d
 
-from grader.probe.patching import after_import, replace_in_torch
+from grader.probe.patching import after_import, dressed, replace_in_torch
+from grader.probe.vgpu.devices import tensors_in
+from grader.probe.vgpu.errors import TAG, invalid_ordinal
+
+if TYPE_CHECKING:
+    from grader.probe.vgpu.devices import VirtualCuda
 
 
 def gloo_backend(backend: Any) -> Any:
@@ -99,7 +123,101 @@ def _cpu_attention_strategies() -> None:
     )
 
 
-def install_distributed() -> None:
-    """Run NCCL's process groups on gloo, DTensor's random ops as on the CPU (see the module docstring)."""
+def _barrier_on_cpu(vcuda: VirtualCuda, original: Callable) -> Callable:
+    """ProcessGroup.barrier whose token tensor is made on the CPU where it would be on a GPU."""
+    from torch._C._distributed_c10d import BarrierOptions
+
+    def barrier(self: Any, *args: Any, **kwargs: Any) -> Any:
+        opts = kwargs.get("opts", args[0] if args else None)
+        device = getattr(opts, "device", None) if isinstance(opts, BarrierOptions) else None
+        if device is None or device.type != "cuda":
+            return original(self, *args, **kwargs)
+        if device.index is not None and not 0 <= device.index < vcuda.count:
+            raise invalid_ordinal()
+        on_cpu = BarrierOptions()
+        on_cpu.device, on_cpu.device_ids = torch.device("cpu"), list(opts.device_ids)
+        on_cpu.timeout, on_cpu.asyncOp = opts.timeout, opts.asyncOp
+        return original(self, on_cpu)
+
+    return barrier
+
+
+SPLIT_BOUND = (
+    "not emulated on virtual GPUs: dist.split_group of a process group bound to a GPU "
+    "(init_process_group(device_id=...)), which DeviceMesh uses for a mesh of 2 or more dimensions; "
+    "gloo runs NCCL's groups here and cannot split one. Without device_id, DeviceMesh makes its groups with new_group, which is emulated"
+)
+
+
+def _split_not_emulated(split_group: Callable) -> Callable:
+    """dist.split_group, stopped as not emulated where it would split a bound gloo group."""
+
+    def split(parent_pg: Any = None, split_ranks: Any = None, timeout: Any = None, pg_options: Any = None, *args: Any, **kwargs: Any) -> Any:
+        parent = parent_pg if parent_pg is not None else c10d._get_default_group()
+        if pg_options is None and getattr(parent, "bound_device_id", None) is not None and c10d.get_backend(parent) == "gloo":
+            raise RuntimeError(SPLIT_BOUND)
+        return split_group(parent_pg, split_ranks, timeout, pg_options, *args, **kwargs)
+
+    return split
+
+
+RPC_GPU_TENSOR = (
+    "not emulated on virtual GPUs: sending a tensor on cuda:{index} over torch.distributed.rpc "
+    "(TensorPipe's CUDA device maps); move it to the CPU first (.cpu()), as TensorPipe requires without a device map"
+)
+
+
+def _refuse_on_gpu(tensor: torch.Tensor) -> None:
+    """Stop, as not emulated, before a tensor on a virtual GPU is sent over RPC."""
+    index = getattr(tensor, TAG, None)
+    if index is not None and index >= 0:
+        raise RuntimeError(RPC_GPU_TENSOR.format(index=index))
+
+
+def _rpc_on_virtual_gpus(vcuda: VirtualCuda, internal: ModuleType) -> None:
+    """rpc.internal._run_function (the callee's entry for a Python function) in the mode; RPC's
+    pickler refuses tensors on virtual GPUs (see the module docstring)."""
+    run_function = internal._run_function
+    table = internal._internal_rpc_pickler._dispatch_table
+    reduce = table[torch.Tensor]
+
+    def tensor_reducer(tensor: torch.Tensor) -> Any:
+        _refuse_on_gpu(tensor)
+        return reduce(tensor)
+
+    table[torch.Tensor] = tensor_reducer
+
+    def in_mode(python_udf: Any) -> Any:
+        with vcuda.active():
+            return run_function(python_udf)
+
+    replace_in_torch(internal, "_run_function", in_mode)
+
+
+def _builtin_refusing_gpu_tensors(invoke: Callable) -> Callable:
+    """rpc's call of one of torch's ops on another worker (its arguments are serialized in C++)."""
+
+    def invoke_builtin(dst: Any, name: str, timeout: Any, *args: Any, **kwargs: Any) -> Any:
+        for tensor in tensors_in((args, kwargs)):
+            _refuse_on_gpu(tensor)
+        return invoke(dst, name, timeout, *args, **kwargs)
+
+    return invoke_builtin
+
+
+def _rpc_api(api: ModuleType) -> None:
+    """rpc's calls of torch's ops refuse tensors on virtual GPUs (see the module docstring)."""
+    for name in ("_invoke_rpc_builtin", "_invoke_remote_builtin"):
+        replace_in_torch(api, name, _builtin_refusing_gpu_tensors(getattr(api, name)))
+
+
+def install_distributed(vcuda: VirtualCuda) -> None:
+    """Run NCCL's process groups on gloo, barriers on the CPU, DTensor's random ops as on the CPU,
+    RPC's remote functions in the mode (see the module docstring)."""
     replace_in_torch(c10d, "init_process_group", _on_gloo(c10d.init_process_group))
+    process_group = torch._C._distributed_c10d.ProcessGroup
+    process_group.barrier = dressed(_barrier_on_cpu(vcuda, process_group.barrier), process_group.barrier)
+    replace_in_torch(c10d, "split_group", _split_not_emulated(c10d.split_group))
     after_import("torch.distributed.tensor", _like_a_cpu_mesh)
+    after_import("torch.distributed.rpc.internal", lambda internal: _rpc_on_virtual_gpus(vcuda, internal))
+    after_import("torch.distributed.rpc.api", _rpc_api)

@@ -89,7 +89,8 @@ def install(count: int) -> VirtualCuda:
     afterwards; torch.cuda, torch.accelerator, nn.Parameter, serialization, the autograd
     engine's callbacks, CUDA autocast, torch.compile (eager, with a warning) and DataParallel's
     CUDA-only pieces are replaced for the rest of the process's life; process groups that would
-    use NCCL run on gloo."""
+    use NCCL run on gloo (barriers bound to a GPU included), RPC's remote functions see the GPUs,
+    and tensors sent to other processes keep their device."""
     vcuda = VirtualCuda(count, _inherited_visible())
     api = _patch_cuda(vcuda)
     torch.nn.Parameter.__new__ = staticmethod(parameter_new(vcuda, torch.nn.Parameter.__new__))
@@ -97,7 +98,7 @@ def install(count: int) -> VirtualCuda:
     install_serialization(vcuda)
     install_autograd(vcuda)
     install_autocast()
-    install_distributed()
+    install_distributed(vcuda)
     torch.compile = _eager_compile(torch.compile)
 
     bootstrap = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]

@@ -14,17 +14,29 @@ Mechanism. A tensor's virtual device is a tag on the tensor object; the storage 
     `storage.to(device)`: that move (also behind `storage.cuda(k)` in a map_location
     function) is replaced to give a CPU copy tagged k; each tensor rebuilt on a tagged storage
     is tagged with its device.
+
+Sending to another process. torch.multiprocessing pickles a CUDA tensor as a CUDA IPC handle,
+which the receiving process opens on the same GPU; a tensor on a virtual GPU is a CPU tensor,
+which torch shares through shared memory, as the same memory in both processes (writes in
+one are seen in the other, as with IPC), and rebuilds as a CPU tensor. Its reduction is
+wrapped to carry the device too: the receiver (on the same virtual GPUs) rebuilds it with
+torch's own `_rebuild_from_type_v2`, which sets the tag as the tensor's state. The tensor is
+not counted in the receiver's memory statistics (IPC memory is not its allocator's either).
 """
 
 from __future__ import annotations
 
+import multiprocessing.reduction
 from typing import Any, Callable
 
 import torch
+import torch._tensor
 import torch._utils
+import torch.multiprocessing.reductions
 import torch.serialization
 import torch.storage
 
+from grader.probe.patching import dressed
 from grader.probe.vgpu.devices import VirtualCuda
 from grader.probe.vgpu.errors import CPU, TAG
 
@@ -82,8 +94,35 @@ def _rebuild_on_device(v: VirtualCuda, rebuild: Callable) -> Callable:
     return rebuild_tensor
 
 
+def _reduce_on_device(reduce: Callable) -> Callable:
+    """torch.multiprocessing's reduce_tensor for a tensor on a virtual GPU: rebuilt there."""
+
+    def reduce_tensor(tensor: torch.Tensor) -> tuple[Callable, tuple]:
+        rebuild, args = reduce(tensor)
+        tag = getattr(tensor, TAG, None)
+        if tag is None or tag == CPU:
+            return rebuild, args
+        return torch._tensor._rebuild_from_type_v2, (rebuild, type(tensor), args, {TAG: tag})
+
+    return reduce_tensor
+
+
+def _install_sharing() -> None:
+    """Tensors sent to other processes keep their virtual device (see the module docstring)."""
+    reductions = torch.multiprocessing.reductions
+    original = reductions.reduce_tensor
+    replacement = dressed(_reduce_on_device(original), original)
+    pickler = multiprocessing.reduction.ForkingPickler
+    for cls, reduce in list(pickler._extra_reducers.items()):  # type: ignore[attr-defined]
+        if reduce is original:
+            pickler.register(cls, replacement)
+    reductions.reduce_tensor = replacement
+
+
 def install_serialization(v: VirtualCuda) -> None:
-    """Make torch.save / torch.load keep the virtual devices (see the module docstring)."""
+    """Make torch.save / torch.load, and tensors sent to other processes, keep the virtual
+    devices (see the module docstring)."""
+    _install_sharing()
     torch.serialization.register_package(PRIORITY, _location, lambda storage, location: None)
     torch._utils._get_obj_state = _without_tag(torch._utils._get_obj_state)
     torch._utils._rebuild_tensor = _rebuild_on_device(v, torch._utils._rebuild_tensor)
