@@ -18,7 +18,7 @@ from grader.grade.pipeline import GradeOptions, grade
 from grader.practicals.reference import DataParallelReference
 from grader.probe.recorder.events import DdpArgs, Optimizer
 from grader.probe.messages import DdpOptions
-from grader.probe.transport.traffic import CarrierPlan
+from grader.probe.transport.traffic import CarrierPlan, TrafficReport
 from grader.results.gradescope import to_gradescope
 from grader.results.model import Status
 from grader.results.render import overview_text
@@ -586,3 +586,24 @@ def test_a_program_slow_in_every_run_keeps_its_own_pace_and_a_limit_given_is_kep
     grade(practical, submission, given, GradeOptions(solutions=solutions, seed=5, run_timeout_s=30.0))
     assert [(job.name, job.timeout_s) for job in given.jobs[:2]] == [("ws2", 30.0), ("timed@reference", pytest.approx(given.jobs[1].timeout_s))]
     assert pace_limit_s(None, [], first=False, real_gpus=True) == 16.0 and pace_limit_s(2.0, [1.0], first=True) == 10.0
+
+
+def test_a_run_still_training_when_stopped_at_its_pace_runs_again_with_its_share(carried_practical) -> None:
+    """Stopped at its pace while the hub still delivered its all-reduces (a program far slower
+    than the reference, not a hang), a run is launched again with its share of the time and
+    keeps its non-speed verdicts; no reference is launched to set a pace for it."""
+    practical, submission, solutions = carried_practical
+
+    def slow(job: JobSpec) -> JobResult:
+        result = carried(job)
+        if job.name != "ws2" or job.timeout_s > 20:
+            return replace(result, wall_s=0.6)
+        assert isinstance(result.traffic, TrafficReport)
+        late = replace(result.traffic, carried=tuple(replace(op, done=op.done + job.timeout_s - 0.8) for op in result.traffic.carried))
+        return replace(result, traffic=late, wall_s=job.timeout_s, timed_out=True)
+
+    runner = FakeRunner(slow)
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
+    assert [job.name for job in runner.jobs[:3]] == ["ws2", "ws2", "timed@reference"]
+    assert runner.jobs[0].timeout_s == 6.0 and runner.jobs[1].timeout_s > 20
+    assert next(c for c in report.checks if c.id == "clean_exit").status is Status.PASSED

@@ -34,7 +34,8 @@ from grader.course import Practical
 from grader.grade.answers import load_answers, manual_texts
 from grader.grade.intake import take, unrunnable
 from grader.grade.machine import machine_key
-from grader.grade.options import MIN_RUN_S, RELAUNCH_GAIN, GradeOptions, pace_limit_s, run_share_s, time_limits
+from grader.grade.options import MIN_RUN_S, RELAUNCH_GAIN, GradeOptions, run_share_s, time_limits
+from grader.grade.pace import Paces, working_when_stopped
 from grader.grade.plan import JobMaker, carried, choose_args, deferred_checks, drawn_note, plan_runs, reference_at_hand, runs_of
 from grader.grade.prepared import Prepared
 from grader.probe.messages import DdpOptions
@@ -65,37 +66,15 @@ def environment(seed: int | None) -> dict:
 
 
 @dataclass
-class Paces:
-    """What `pace_limit_s` (grader/grade/options.py) is computed from: the reference solution's
-    time for each run as launched in this grading, and the submission's runs that ended by
-    themselves. `enabled` is False where no reference can be launched (a self-check, a
-    prepared submission) or where the options set the per-run limit."""
-
-    enabled: bool
-    gpus: int  # real CUDA GPUs of this machine
-    reference_s: dict[tuple[str, int | None], float] = field(default_factory=dict)  # (run, steps asked) -> the reference's wall time
-    own_s: list[float] = field(default_factory=list)
-    launched: int = 0  # the submission's paced launches so far
-
-    def holds(self, run: RunDef) -> bool:
-        """Whether the submission's launches of `run` are held to a pace (a run of another
-        practical's solution is a reference itself)."""
-        return self.enabled and not run.solution
-
-    def limit_s(self, run: RunDef, steps: int | None) -> float:
-        real_gpus = bool(self.gpus) and not run.hide_gpus and not run.virtual_gpus
-        return pace_limit_s(self.reference_s.get((run.name, steps)), self.own_s, first=not self.launched, real_gpus=real_gpus)
-
-
-@dataclass
 class _Launcher:
     """Makes one launch within the grading's time limits (grader/grade/options.py): the
     submission's launches leave the time the reference's planned timed launches need
     (`TimedLaunches.reserve_s`), a checked run takes at most its share of the time left, and
     a launch that would start with less than MIN_RUN_S is skipped, saying why. A run of the
-    submission is held to its pace (`Paces`): stopped there, the reference solution's same run
-    is launched (once) to measure it, and the submission's launched again only where that
-    leaves it markedly more time. On a terminal, each launch is told as it starts and as it
+    submission is held to its pace (`Paces`): stopped there while the hub still saw it train
+    (`working_when_stopped`), it is launched again with its share of the time; otherwise the
+    reference solution's same run is launched (once) to measure it, and the submission's
+    launched again only where that leaves it markedly more time. On a terminal, each launch is told as it starts and as it
     ends, with its time."""
 
     runner: JobRunner
@@ -117,6 +96,11 @@ class _Launcher:
         result, at_pace = self._launch(run, role, repeat, steps, shares, self.paces.limit_s(run, steps))
         self.paces.launched += 1
         if not (at_pace and result.timed_out and result.stalled_s is None):
+            if not (result.timed_out or result.skipped or result.error):
+                self.paces.own_s.append(result.wall_s)
+            return result
+        if working_when_stopped(result):  # slow, not hung: it runs again with its share of the time, and the checks judge it
+            result, _ = self._launch(run, role, repeat, steps, shares)
             if not (result.timed_out or result.skipped or result.error):
                 self.paces.own_s.append(result.wall_s)
             return result
