@@ -42,6 +42,10 @@ def test_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, caps
     results = grade_in_process("p7", variant.write(tmp_path / variant.name, "p7"), tmp_path / "r.json")
     capsys.readouterr()
     assert_loses_exactly(results, variant.loses, variant.messages)
+    if variant.name == "1f1b_blocking_sends_deadlock":  # as under torchrun with gloo: stage 0 sends micro-batch 1 while stage 1 sends 0's gradient
+        output = checks_by_id(results)["clean_exit"]["output"]
+        assert "rank 0 waits at p7_pipeline.py:" in output and "in forward: dist.send(out.detach(), dst=stage + 1)" in output, output
+        assert "rank 1 waits at p7_pipeline.py:" in output and "in backward: dist.send(inp.grad, dst=stage - 1)" in output, output
     if variant.name == "1f1b_warm_up_reversed_deadlocks":
         # named a hang within seconds, where each stage waits; not left to the run's 60 s
         for check_id in variant.loses:
