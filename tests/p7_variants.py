@@ -46,6 +46,15 @@ VARIANTS = (
         frozenset({"p2p_values", "schedule_order", "clean_exit"}),
         {"clean_exit": "1f1b (1 node × 2 ranks): "},
     ),
+    Variant(  # gloo's send waits for its receiver: in 1F1B each stage sends to one that is sending back
+        "1f1b_blocking_sends_deadlock",
+        (
+            (SCRIPT, "        pending.append(dist.isend(out.detach(), dst=stage + 1))\n", "        dist.send(out.detach(), dst=stage + 1)\n"),
+            (SCRIPT, "        pending.append(dist.isend(inp.grad, dst=stage - 1))\n", "        dist.send(inp.grad, dst=stage - 1)\n"),
+        ),
+        frozenset({"p2p_values", "schedule_order", "clean_exit"}),
+        {"clean_exit": "1f1b (1 node × 2 ranks): hung: "},
+    ),
 )
 
 # Correct, in another way: every send and receive a batched P2P operation (dist.P2POp,

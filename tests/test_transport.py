@@ -152,3 +152,16 @@ def test_a_collective_that_cannot_complete_fails_every_member_with_a_sentence(sc
     seen = ranks(scenario, world, wait_s)
     assert seen["ranks"][0]["error"].startswith("collective 1") and said in seen["ranks"][0]["error"], seen["ranks"][0]
     assert seen["carried"][0]["error"] and said in seen["carried"][0]["error"]
+
+
+@pytest.mark.slow
+def test_a_send_completes_when_its_recv_takes_it_as_on_gloo() -> None:
+    """gloo's send is a rendezvous: two ranks that both send before receiving hang (here each
+    send fails after the hub's wait, unrecorded); a send then its recv, in order, is fine."""
+    stuck = ranks("sends_first", 2, 0.5)
+    for rank, result in enumerate(stuck["ranks"]):
+        assert result["error"] == f"send to rank {1 - rank} of the default process group: it was not received within 0.5 s", result
+    assert stuck["carried"] == []
+    fine = ranks("send_then_recv", 2)
+    assert fine["ranks"] == [{"completed_before_recv": False, "got": [10.0, 20.0]}, {"got": [1.0, 2.0]}], fine["ranks"]
+    assert [c["kind"] for c in fine["carried"]] == ["barrier", "send", "send"] and fine["ends"] == ["closed"] * 2

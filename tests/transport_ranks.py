@@ -198,6 +198,38 @@ def big_all_reduces(rank: int, world: int) -> dict:
     return {"median_ms": sorted(times)[15] * 1000}
 
 
+def sends_first(rank: int, world: int) -> dict:
+    """Both ranks send (blocking) to the other before either receives: a deadlock on gloo,
+    whose send waits for its receiver; here each send fails once the hub's wait is over."""
+    dist.init_process_group("gloo")
+    try:
+        dist.send(torch.ones(2), dst=1 - rank)
+    except RuntimeError as exc:
+        return {"error": str(exc)}
+    return {"error": None}
+
+
+def send_then_recv(rank: int, world: int) -> dict:
+    """Rank 0 sends, rank 1 receives and answers: the send's Work completes only once the recv
+    took it (rank 1 receives after a barrier, so not before rank 0 looked)."""
+    dist.init_process_group("gloo")
+    out: dict[str, Any] = {}
+    got = torch.zeros(2)
+    if rank == 0:
+        work = dist.isend(torch.tensor([1.0, 2.0]), dst=1)
+        out["completed_before_recv"] = work.is_completed()
+        dist.barrier()
+        work.wait()
+        dist.recv(got, src=1)
+    else:
+        dist.barrier()
+        dist.recv(got, src=0)
+        dist.send(got * 10, dst=0)
+    out["got"] = got.tolist()
+    dist.destroy_process_group()
+    return out
+
+
 def device_mesh(rank: int, world: int) -> dict:
     """DeviceMesh, a functional collective and a DTensor redistribution: c10d's own C++ paths."""
     import torch.distributed._functional_collectives as funcol
@@ -213,7 +245,7 @@ def device_mesh(rank: int, world: int) -> dict:
 
 
 SCENARIOS: dict[str, Callable[[int, int], dict]] = {
-    f.__name__: f for f in (every_collective, ddp_training, disagree, cuda_only_backend, leaves_early, stays_away, writes_garbage, big_all_reduces, device_mesh)
+    f.__name__: f for f in (every_collective, ddp_training, disagree, cuda_only_backend, leaves_early, stays_away, writes_garbage, big_all_reduces, device_mesh, sends_first, send_then_recv)
 }
 
 

@@ -20,6 +20,12 @@ Failure is always an answer, never a hang: a collective whose members disagree (
 root, reduction or tensors) fails for each of them with both calls named; one that waits
 longer than the plan's `wait_s` for a member, or whose member's connection ended, fails for
 those that came, naming the missing rank and what it did last.
+
+A send is answered when a recv takes it, not when it arrives: gloo's send completes only once
+its receiver has received it (a rendezvous, for `send` and for `isend`'s Work alike), so a
+schedule that deadlocks on gloo's sends deadlocks here too, where the grader's idle watch
+names it hung. A send no recv takes within `wait_s`, or whose receiver left, fails for its
+sender; the hub records a send when its recv takes it.
 """
 from __future__ import annotations
 
@@ -133,6 +139,7 @@ class Hub:
     def _next_deadline(self) -> float:
         firsts = [min(p.arrived.values()) for g in self._groups.values() for p in g.pending.values() if p.arrived]
         firsts += [arrived for _, _, arrived in self._receiving]
+        firsts += [sends[0][2] for sends in self._mail.values() if sends]
         if not firsts:
             return 0.5
         return max(0.0, min(firsts) + self.plan.wait_s - self.now()) + 0.001
@@ -255,10 +262,9 @@ class Hub:
         if not (-1 if call.kind == "recv" else 0) <= call.peer < len(group.ranks) or call.peer == me:
             self._answer(rank, Done(call.id, (), -1, f"{call.kind} with rank {call.peer}, which is not another member of {_group_text(group)}"), [])
             return
-        if call.kind == "send":
+        if call.kind == "send":  # answered when a recv takes it, as gloo's send completes (a rendezvous)
             key = (group.name, me, call.peer, call.tag)
             self._mail.setdefault(key, deque()).append((call, tensors_of(payload, call.inputs), self.now()))
-            self._answer(rank, Done(call.id, (), -1, None), [])
         else:
             self._receiving.append((rank, call, self.now()))
         self._match_mail()
@@ -280,6 +286,7 @@ class Hub:
             error = f"rank {rank} received from rank {group.ranks[source]}: {wrong}" if wrong else None
             self._log_p2p(group, group.ranks[source], rank, sent, tensors, at, arrived, error)
             self._answer(rank, Done(call.id, () if error else call.outputs, source, error), [] if error else tensors)
+            self._answer(group.ranks[source], Done(sent.id, (), -1, error), [])
         self._receiving = waiting
 
     # ---------------------------------------------------------------- time and ends
@@ -299,6 +306,14 @@ class Hub:
             else:
                 waiting.append((rank, call, arrived))
         self._receiving = waiting
+        for key, sends in self._mail.items():
+            while sends and now - sends[0][2] > self.plan.wait_s:
+                self._unsent(key, sends.popleft()[0], f"it was not received within {self.plan.wait_s:g} s")
+
+    def _unsent(self, key: tuple[str, int, int, int], call: Call, why: str) -> None:
+        """Fail a send no recv took: its sender learns `why`; it is not recorded."""
+        group = self._groups[key[0]]
+        self._answer(group.ranks[key[1]], Done(call.id, (), -1, f"send to rank {group.ranks[key[2]]} of {_group_text(group)}: {why}"), [])
 
     def _left(self, rank: int, group: _Group) -> str:
         how = self._ranks[rank].end
@@ -330,6 +345,11 @@ class Hub:
             else:
                 waiting.append((other, call, arrived))
         self._receiving = waiting
+        for key, sends in self._mail.items():
+            group = self._groups[key[0]]
+            if group.ranks[key[2]] == rank:
+                while sends:
+                    self._unsent(key, sends.popleft()[0], f"{self._left(rank, group).split(' before')[0]} without receiving it")
 
     # ---------------------------------------------------------------- answers and the record
     def _answer(self, rank: int, done: Done, tensors: list[torch.Tensor]) -> None:

@@ -45,7 +45,7 @@ KINDS = (
     "scatter",  # the root's r-th tensor to member r
     "all_to_all",  # member s's r-th tensor to member r
     "barrier",  # nothing but the meeting
-    "send",  # to `peer`, with `tag` (buffered by the hub: it completes at once)
+    "send",  # to `peer`, with `tag` (answered once a recv has taken it, as gloo's send completes)
     "recv",  # from `peer` (-1: any member), with `tag`
 )
 REDUCTIONS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
