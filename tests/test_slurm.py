@@ -22,7 +22,11 @@ from slurm_cluster import SlurmCluster, slurm_problem
 
 pytestmark = [pytest.mark.slow, needs("slurm", slurm_problem()), needs("sandbox", sandbox_problem())]
 WRONG = next(v for v in VARIANTS if v.name == "not_wrapped")
-HANG = "import time\n\nwhile True:  # never trains, never exits; computes a little now and then, so the grader never finds it idle (a hung job's watch)\n    time.sleep(0.5)\n    sum(range(10**6))\n"
+# never trains; computes (so the grader never finds it idle: a hung job's watch) for longer in
+# each run: 5 s with one rank, 1.7 times that with each rank more, so each run ends within the
+# grader's pace (twice the submission's longest run that ended) and the grading outlasts a job
+# of one minute
+HANG = "import os, time\n\nend = time.time() + 5 * 1.7 ** (int(os.environ['WORLD_SIZE']) - 1)\nwhile time.time() < end:\n    sum(range(10**5))\n"
 
 
 @dataclass

@@ -18,7 +18,7 @@ from grader.grade.pipeline import GradeOptions, grade
 from grader.practicals.reference import DataParallelReference
 from grader.probe.recorder.events import DdpArgs, Optimizer
 from grader.probe.messages import DdpOptions
-from grader.probe.transport.traffic import CarrierPlan, TrafficReport
+from grader.probe.transport.traffic import CarrierPlan
 from grader.results.gradescope import to_gradescope
 from grader.results.model import Status
 from grader.results.render import overview_text
@@ -588,22 +588,21 @@ def test_a_program_slow_in_every_run_keeps_its_own_pace_and_a_limit_given_is_kep
     assert pace_limit_s(None, [], first=False, real_gpus=True) == 16.0 and pace_limit_s(2.0, [1.0], first=True) == 10.0
 
 
-def test_a_run_still_training_when_stopped_at_its_pace_runs_again_with_its_share(carried_practical) -> None:
-    """Stopped at its pace while the hub still delivered its all-reduces (a program far slower
-    than the reference, not a hang), a run is launched again with its share of the time and
-    keeps its non-speed verdicts; no reference is launched to set a pace for it."""
+def test_a_timed_launch_of_a_program_that_works_is_given_twenty_times_the_reference(carried_practical) -> None:
+    """Needless work in every step shows in the timed run: where the submission's checked runs
+    ended by themselves, its timed launch is given 20 × the reference's launch (the speed
+    check judges the slowness; clean_exit, which reads the timed run, keeps its verdict); where
+    they hung, 5 × as any run."""
     practical, submission, solutions = carried_practical
 
-    def slow(job: JobSpec) -> JobResult:
-        result = carried(job)
-        if job.name != "ws2" or job.timeout_s > 20:
-            return replace(result, wall_s=0.6)
-        assert isinstance(result.traffic, TrafficReport)
-        late = replace(result.traffic, carried=tuple(replace(op, done=op.done + job.timeout_s - 0.8) for op in result.traffic.carried))
-        return replace(result, traffic=late, wall_s=job.timeout_s, timed_out=True)
+    def slow_when_timed(job: JobSpec) -> JobResult:
+        seconds = {"ws2": 0.5, "timed@reference": 1.0}.get(job.name.split("#")[0], 6.5)
+        return replace(carried(job), wall_s=seconds)
 
-    runner = FakeRunner(slow)
+    runner = FakeRunner(slow_when_timed)
     report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
-    assert [job.name for job in runner.jobs[:3]] == ["ws2", "ws2", "timed@reference"]
-    assert runner.jobs[0].timeout_s == 6.0 and runner.jobs[1].timeout_s > 20
+    assert [(job.name, job.timeout_s) for job in runner.jobs[:3]] == [("ws2", 6.0), ("timed@reference", pytest.approx(runner.jobs[1].timeout_s)), ("timed", 20.0)]
     assert next(c for c in report.checks if c.id == "clean_exit").status is Status.PASSED
+    hung = FakeRunner(lambda job: replace(carried(job), wall_s=job.timeout_s, timed_out=True) if "@reference" not in job.name else replace(carried(job), wall_s=1.0))
+    grade(practical, submission, hung, GradeOptions(solutions=solutions, seed=5))
+    assert [(job.name, job.timeout_s) for job in hung.jobs[:4]] == [("ws2", 6.0), ("ws2@reference", pytest.approx(hung.jobs[1].timeout_s)), ("timed@reference", pytest.approx(hung.jobs[2].timeout_s)), ("timed", 5.0)]

@@ -20,6 +20,7 @@ MAX_RESERVE_SHARE = 1 / 3  # of the budget, at most, kept for the reference's la
 PACE_FLOOR_S = 4.0  # a paced run is given at least this long (×REAL_GPU_PACE_FACTOR on real GPUs)
 FIRST_PACE_FACTOR = 1.5  # × PACE_FLOOR_S for the submission's first launch, before any of its runs has shown its pace
 PACE_FACTOR = 5.0  # × the reference solution's time for the same run, measured on this machine in this grading
+TIMED_PACE_FACTOR = 20.0  # the same for a timed launch of a submission whose runs ended by themselves (grader/grade/pace.py)
 OWN_PACE_FACTOR = 2.0  # × the longest of the submission's own runs that ended by themselves
 REAL_GPU_PACE_FACTOR = 4.0  # a process's first CUDA call alone takes seconds
 RELAUNCH_GAIN = 1.5  # a run stopped at its pace is launched again only for at least this much more time
@@ -71,9 +72,9 @@ def run_share_s(left_s: float, shares: int) -> float:
     return max(left_s / max(shares, 1), 0.0)
 
 
-def pace_limit_s(reference_s: float | None, own_s: Sequence[float], first: bool, real_gpus: bool = False) -> float:
+def pace_limit_s(reference_s: float | None, own_s: Sequence[float], first: bool, real_gpus: bool = False, factor: float = PACE_FACTOR) -> float:
     """How long a run of the submission may take before it is stopped as hung or far too slow,
-    when the budget leaves it more: PACE_FACTOR × the reference solution's time for the same
+    when the budget leaves it more: `factor` (PACE_FACTOR) × the reference solution's time for the same
     run measured here (`reference_s`, None until measured), at least OWN_PACE_FACTOR × the
     longest of the submission's runs that ended by themselves (`own_s`: a program slow in every
     run by a cost of its own, say one that compiles, keeps its own pace) and at least
@@ -83,7 +84,7 @@ def pace_limit_s(reference_s: float | None, own_s: Sequence[float], first: bool,
     measured under it. (p6's reference takes 0.3-1 s a run on a 2-core machine; with
     `torch.compile` (inductor) a correct p6 takes 2.5-5 s.)"""
     floor = PACE_FLOOR_S * (REAL_GPU_PACE_FACTOR if real_gpus else 1.0) * (FIRST_PACE_FACTOR if first else 1.0)
-    return max(floor, PACE_FACTOR * (reference_s or 0.0), OWN_PACE_FACTOR * max(own_s, default=0.0))
+    return max(floor, factor * (reference_s or 0.0), OWN_PACE_FACTOR * max(own_s, default=0.0))
 
 
 def reference_reserve_s(waiting: int, seen_s: Sequence[float], budget_s: float) -> float:

@@ -1,14 +1,18 @@
 """What a run of the submission is held to besides the budget: its pace (grader/grade/options.py
 `pace_limit_s`), computed from the reference solution's time for the same run as launched in
-this grading and from the submission's own runs that ended by themselves; and whether a run
-stopped at its pace was still training (`working_when_stopped`), which makes it slow, not hung."""
+this grading and from the submission's own runs that ended by themselves.
+
+A timed run's launch of a submission whose runs ended by themselves (it works; a hang would
+have hung there too) is given TIMED_PACE_FACTOR × the reference's: the timed workload is where
+needless work per step shows (p6's weight norms in every step: 6.5× the reference's launch),
+the speed checks judge how slow it is, and the run's other checks (p6's `clean_exit` reads it)
+must not fail for it. (The hub's report of a launch stopped at its limit does not come, so
+whether it was still training cannot be read from its traffic.)"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grader.grade.options import pace_limit_s
-from grader.probe.transport.traffic import TrafficReport
-from grader.run.job import JobResult
+from grader.grade.options import PACE_FACTOR, TIMED_PACE_FACTOR, pace_limit_s
 from grader.spec import RunDef
 
 
@@ -30,22 +34,8 @@ class Paces:
         practical's solution is a reference itself)."""
         return self.enabled and not run.solution
 
-    def limit_s(self, run: RunDef, steps: int | None) -> float:
+    def limit_s(self, run: RunDef, steps: int | None, timed: bool = False) -> float:
+        """The pace of the submission's next launch of `run` (`timed`: a launch a speed check times)."""
         real_gpus = bool(self.gpus) and not run.hide_gpus and not run.virtual_gpus
-        return pace_limit_s(self.reference_s.get((run.name, steps)), self.own_s, first=not self.launched, real_gpus=real_gpus)
-
-
-WORKING_KINDS = frozenset({"all_reduce", "reduce", "reduce_scatter", "all_to_all", "send", "recv"})  # what a training step sends (not setup's broadcasts and gathers)
-WORKING_WINDOW_S = 2.0
-
-
-def working_when_stopped(result: JobResult, window_s: float = WORKING_WINDOW_S) -> bool:
-    """Whether the grader's hub delivered a training step's operation (an all-reduce, a send)
-    in the last `window_s` before the launch was stopped: a program far slower than the
-    reference, still training, is no hang, and its checks other than speed must not fail
-    for its pace. (A program that spins before its loop, or in it, sends nothing more.)"""
-    traffic = result.traffic
-    if not isinstance(traffic, TrafficReport):
-        return False
-    delivered = [op.done for op in traffic.carried if op.error is None and op.kind in WORKING_KINDS]
-    return bool(delivered) and result.wall_s - max(delivered) <= window_s
+        factor = TIMED_PACE_FACTOR if timed and self.own_s else PACE_FACTOR
+        return pace_limit_s(self.reference_s.get((run.name, steps)), self.own_s, first=not self.launched, real_gpus=real_gpus, factor=factor)

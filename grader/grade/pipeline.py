@@ -35,7 +35,7 @@ from grader.grade.answers import load_answers, manual_texts
 from grader.grade.intake import take, unrunnable
 from grader.grade.machine import machine_key
 from grader.grade.options import MIN_RUN_S, RELAUNCH_GAIN, GradeOptions, run_share_s, time_limits
-from grader.grade.pace import Paces, working_when_stopped
+from grader.grade.pace import Paces
 from grader.grade.plan import JobMaker, carried, choose_args, deferred_checks, drawn_note, plan_runs, reference_at_hand, runs_of
 from grader.grade.prepared import Prepared
 from grader.probe.messages import DdpOptions
@@ -71,10 +71,9 @@ class _Launcher:
     submission's launches leave the time the reference's planned timed launches need
     (`TimedLaunches.reserve_s`), a checked run takes at most its share of the time left, and
     a launch that would start with less than MIN_RUN_S is skipped, saying why. A run of the
-    submission is held to its pace (`Paces`): stopped there while the hub still saw it train
-    (`working_when_stopped`), it is launched again with its share of the time; otherwise the
-    reference solution's same run is launched (once) to measure it, and the submission's
-    launched again only where that leaves it markedly more time. On a terminal, each launch is told as it starts and as it
+    submission is held to its pace (`Paces`): stopped there, the reference solution's same run
+    is launched (once) to measure it, and the submission's launched again only where that
+    leaves it markedly more time. On a terminal, each launch is told as it starts and as it
     ends, with its time."""
 
     runner: JobRunner
@@ -93,21 +92,17 @@ class _Launcher:
             if role == "reference" and not result.skipped and failures.explain(result) is None:
                 self.paces.reference_s[(run.name, steps)] = result.wall_s
             return result
-        result, at_pace = self._launch(run, role, repeat, steps, shares, self.paces.limit_s(run, steps))
+        timed = run in self.timed.schedule.timed
+        result, at_pace = self._launch(run, role, repeat, steps, shares, self.paces.limit_s(run, steps, timed))
         self.paces.launched += 1
         if not (at_pace and result.timed_out and result.stalled_s is None):
-            if not (result.timed_out or result.skipped or result.error):
-                self.paces.own_s.append(result.wall_s)
-            return result
-        if working_when_stopped(result):  # slow, not hung: it runs again with its share of the time, and the checks judge it
-            result, _ = self._launch(run, role, repeat, steps, shares)
             if not (result.timed_out or result.skipped or result.error):
                 self.paces.own_s.append(result.wall_s)
             return result
         if (run.name, steps) not in self.paces.reference_s:
             self(run, "reference", 0, steps)
         reference_s = self.paces.reference_s.get((run.name, steps))
-        pace = self.paces.limit_s(run, steps) if reference_s is not None else None
+        pace = self.paces.limit_s(run, steps, timed) if reference_s is not None else None
         if pace is None or pace > RELAUNCH_GAIN * result.spec.timeout_s:
             result, _ = self._launch(run, role, repeat, steps, shares, pace)
         return replace(result, reference_s=reference_s)
