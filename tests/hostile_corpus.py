@@ -264,21 +264,19 @@ if os.fork() == 0:
     os._exit(0)
 """
 
-CHAIN = """import os, sys
-LINK = '''
-import os, sys, time
-depth = int(sys.argv[1])
-if depth > 0 and os.fork() == 0:
-    os.setsid()
-    os.execve(sys.executable, [sys.executable, "-c", os.environ["LINK"], str(depth - 1)], dict(LINK=os.environ["LINK"]))
-if depth == 0:
-    open("chain-complete", "w").close()
-time.sleep(300)
-'''
+CHAIN = """import os
+# Each link forks the next in a new session, then becomes `sleep` with an empty environment:
+# 121 live processes that share neither a session nor an environment with the job. Forking
+# (not starting an interpreter per link) keeps the chain's cost to a fraction of a second.
 if int(os.environ["RANK"]) == 0:
     if os.fork() == 0:
+        for depth in range(120):
+            os.setsid()
+            if os.fork() != 0:
+                os.execve("/bin/sleep", ["sleep", "300"], {{}})
         os.setsid()
-        os.execve(sys.executable, [sys.executable, "-c", LINK, "120"], dict(LINK=LINK))
+        open("chain-complete", "w").close()
+        os.execve("/bin/sleep", ["sleep", "300"], {{}})
     import time
     while not os.path.exists("chain-complete"):  # every link alive before the job ends
         time.sleep(0.05)
