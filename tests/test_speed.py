@@ -25,7 +25,7 @@ from grader.results.render import overview_text
 from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout, RankResult
 from grader.run.telemetry import FakeGpus, Sampler, describe, open_nvml, summarise
-from grader.spec import load_assignment
+from grader.spec import RunDef, load_assignment
 from observations import FakeWorkload, contiguous, crashed, ddp_run, ddp_traffic, record_of, set_events
 
 
@@ -573,15 +573,21 @@ def test_a_run_that_keeps_the_cpu_busy_is_stopped_at_a_pace_set_by_the_reference
 
 def test_a_program_slow_in_every_run_keeps_its_own_pace_and_a_limit_given_is_kept(carried_practical) -> None:
     """A submission whose runs all take long by a cost of their own (torch.compile) is given
-    twice its longest finished run; a per-run limit given in the options replaces the pace
-    (and no reference is launched to set one); real GPUs get 4 × the floor."""
+    3 × its longest finished run, per share of the CPU (a run of more ranks than cores, that
+    many times more); a per-run limit given in the options replaces the pace (and no reference
+    is launched to set one); real GPUs get 4 × the floor."""
+    from grader.grade.pace import Paces
     from grader.grade.options import pace_limit_s
 
     practical, submission, solutions = carried_practical
     runner = FakeRunner(lambda job: replace(carried(job), wall_s=0.5 if "@reference" in job.name else 5.0))
     report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
-    assert [(job.name, job.timeout_s) for job in runner.jobs[:3]] == [("ws2", 6.0), ("timed@reference", pytest.approx(runner.jobs[1].timeout_s)), ("timed", 10.0)]
+    assert [(job.name, job.timeout_s) for job in runner.jobs[:3]] == [("ws2", 6.0), ("timed@reference", pytest.approx(runner.jobs[1].timeout_s)), ("timed", 15.0)]
     assert next(c for c in report.checks if c.id == "clean_exit").status is Status.PASSED
+    paces = Paces(True, 0, cores=2)
+    paces.launched = 1
+    paces.ended(RunDef("ws2", Layout(1, 2)), 5.5)  # torch.compile's p6 on 2 loaded cores: ws2 5.5 s, ws4 15.5 s
+    assert [paces.limit_s(RunDef(name, Layout(1, ranks)), None) for name, ranks in (("ws1", 1), ("ws3", 3), ("ws4", 4))] == pytest.approx([16.5, 24.75, 33.0])
     given = FakeRunner(lambda job: replace(carried(job), wall_s=job.timeout_s, timed_out=True) if job.name == "ws2" else replace(carried(job), wall_s=0.5))
     grade(practical, submission, given, GradeOptions(solutions=solutions, seed=5, run_timeout_s=30.0))
     assert [(job.name, job.timeout_s) for job in given.jobs[:2]] == [("ws2", 30.0), ("timed@reference", pytest.approx(given.jobs[1].timeout_s))]

@@ -21,7 +21,7 @@ PACE_FLOOR_S = 4.0  # a paced run is given at least this long (×REAL_GPU_PACE_F
 FIRST_PACE_FACTOR = 1.5  # × PACE_FLOOR_S for the submission's first launch, before any of its runs has shown its pace
 PACE_FACTOR = 5.0  # × the reference solution's time for the same run, measured on this machine in this grading
 TIMED_PACE_FACTOR = 20.0  # the same for a timed launch of a submission whose runs ended by themselves (grader/grade/pace.py)
-OWN_PACE_FACTOR = 2.0  # × the longest of the submission's own runs that ended by themselves
+OWN_PACE_FACTOR = 3.0  # × the longest of the submission's own runs that ended by themselves (per share of the CPU: grader/grade/pace.py)
 REAL_GPU_PACE_FACTOR = 4.0  # a process's first CUDA call alone takes seconds
 RELAUNCH_GAIN = 1.5  # a run stopped at its pace is launched again only for at least this much more time
 

@@ -7,9 +7,15 @@ have hung there too) is given TIMED_PACE_FACTOR × the reference's: the timed wo
 needless work per step shows (p6's weight norms in every step: 6.5× the reference's launch),
 the speed checks judge how slow it is, and the run's other checks (p6's `clean_exit` reads it)
 must not fail for it. (The hub's report of a launch stopped at its limit does not come, so
-whether it was still training cannot be read from its traffic.)"""
+whether it was still training cannot be read from its traffic.)
+
+The submission's own runs set the pace of its later ones by their time per share of the CPU:
+a run of r ranks on c cores does its ranks' work max(1, r / c) times as slowly as one rank
+alone (`crowding`), so a run of more ranks than cores is given its share more. (Measured on a
+2-core machine under load, a p6 with `torch.compile`: ws2 5.5 s, ws4 15.5 s.)"""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from grader.grade.options import PACE_FACTOR, TIMED_PACE_FACTOR, pace_limit_s
@@ -26,8 +32,9 @@ class Paces:
     enabled: bool
     gpus: int  # real CUDA GPUs of this machine
     reference_s: dict[tuple[str, int | None], float] = field(default_factory=dict)  # (run, steps asked) -> the reference's wall time
-    own_s: list[float] = field(default_factory=list)
+    own_s: list[tuple[float, int]] = field(default_factory=list)  # the submission's runs that ended by themselves: (wall time, ranks)
     launched: int = 0  # the submission's paced launches so far
+    cores: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))  # the CPU cores the grading may use
 
     def holds(self, run: RunDef) -> bool:
         """Whether the submission's launches of `run` are held to a pace (a run of another
@@ -38,4 +45,16 @@ class Paces:
         """The pace of the submission's next launch of `run` (`timed`: a launch a speed check times)."""
         real_gpus = bool(self.gpus) and not run.hide_gpus and not run.virtual_gpus
         factor = TIMED_PACE_FACTOR if timed and self.own_s else PACE_FACTOR
-        return pace_limit_s(self.reference_s.get((run.name, steps)), self.own_s, first=not self.launched, real_gpus=real_gpus, factor=factor)
+        ranks = run.layout.world_size
+        own = [wall_s * crowding(ranks, self.cores) / crowding(their, self.cores) for wall_s, their in self.own_s]
+        return pace_limit_s(self.reference_s.get((run.name, steps)), own, first=not self.launched, real_gpus=real_gpus, factor=factor)
+
+    def ended(self, run: RunDef, wall_s: float) -> None:
+        """A launch of the submission's `run` ended by itself after `wall_s`."""
+        self.own_s.append((wall_s, run.layout.world_size))
+
+
+def crowding(ranks: int, cores: int) -> float:
+    """How many times as slowly each of `ranks` processes runs CPU-bound work on `cores` cores
+    as one process alone."""
+    return max(1.0, ranks / max(cores, 1))

@@ -97,7 +97,7 @@ class _Launcher:
         self.paces.launched += 1
         if not (at_pace and result.timed_out and result.stalled_s is None):
             if not (result.timed_out or result.skipped or result.error):
-                self.paces.own_s.append(result.wall_s)
+                self.paces.ended(run, result.wall_s)
             return result
         if (run.name, steps) not in self.paces.reference_s:
             self(run, "reference", 0, steps)
