@@ -165,6 +165,19 @@ SKIPS_WORK_WHEN_TIMED = Variant(
 )
 
 
+# each step's work moved ahead of the loop (precompute, then replay, as the clock sees it): a
+# step's batch and three forward passes of it, for every step asked, before step 0
+HOISTED_WORK = Variant(
+    "each_steps_work_done_before_the_first_step",
+    ((SCRIPT, "t0 = time.time()\n", "with torch.no_grad():  # each step's batch and forward passes, ahead of the loop\n    for s in range(steps):\n        for _ in range(3):\n            model(get_batch(s)[0].to(device))\nt0 = time.time()\n"),),
+    frozenset({"efficiency"}),
+    {"efficiency": "of work done before the first timed step that grows with the steps asked"},
+)
+# correct: a second of set-up before the loop that does not grow with the steps (what
+# torch.compile's compilation costs a long training: once)
+CONSTANT_START = Variant("a_second_of_set_up_before_the_first_step", ((SCRIPT, "t0 = time.time()\n", "time.sleep(1.0)  # set-up that does not grow with the steps\nt0 = time.time()\n"),), frozenset())
+
+
 # Correct, written as PyTorch's DDP tutorial writes it: the GPU named by an int (device =
 # local_rank, so model.to(local_rank) and x.to(local_rank)). CUDA takes an int for cuda:k; so
 # must the virtual GPUs of the 2x2 run: it loses nothing.

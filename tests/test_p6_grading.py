@@ -19,7 +19,7 @@ from grader.cli import main
 from grader.run import procs
 from grader.run.local import TOKEN_VARIABLE
 from p6_forgeries import FORGERIES, RECORDS_CLAIM_EXTRA_ALL_REDUCES, Forgery
-from p6_variants import ALL_CHECKS, SKIPS_WORK_WHEN_TIMED, SLOW_VARIANT, TUTORIAL_VARIANT, UNUSUAL_VARIANTS, VARIANTS
+from p6_variants import ALL_CHECKS, CONSTANT_START, HOISTED_WORK, SKIPS_WORK_WHEN_TIMED, SLOW_VARIANT, TUTORIAL_VARIANT, UNUSUAL_VARIANTS, VARIANTS
 from variants import Variant
 
 pytestmark = pytest.mark.slow
@@ -166,6 +166,21 @@ def test_a_timed_launch_must_do_the_work_the_hub_shows_it_and_times_it_by_its_cl
     assert "step 0:" in cheat.summary
     assert slow.status is Status.FAILED and SLOW_VARIANT.messages["efficiency"] in slow.summary, slow.summary
     assert slow.data["speed"]["timed"]["ratio"] > 1.3
+
+
+def test_work_moved_before_the_first_timed_step_is_charged_where_it_grows_with_the_steps(tmp_path: Path) -> None:
+    """Two rounds: p6's timed run of 20 steps, then of 60 (grader/speed/schedule.py STRETCH).
+    Each step's work done ahead of the loop makes the first timed step begin later the more
+    steps are asked: charged to every step, it fails efficiency; a second of set-up that does
+    not grow with the steps (torch.compile's compilation) is not charged."""
+    from grader.results.model import Status
+
+    spec = TIMED_ONLY.replace("timing: {repeats: 1, warmup_steps: 2}", "timing: {repeats: 2, warmup_steps: 2}")
+    hoisted, constant = (next(c for c in report.checks if c.id == "efficiency") for report in grade_timed_only(tmp_path, (HOISTED_WORK, CONSTANT_START), spec))
+    assert hoisted.status is Status.FAILED and HOISTED_WORK.messages["efficiency"] in hoisted.summary and "above the 1.3× allowed" in hoisted.summary, hoisted.summary
+    assert "in launches of 20 steps" in hoisted.summary and "in those of 60" in hoisted.summary, hoisted.summary
+    assert constant.status is Status.PASSED and "before the first timed step" not in constant.summary, constant.summary
+    assert constant.data["speed"]["timed"]["submission"]["lead_charged_step_s"] == 0.0
 
 
 # p6's timed run as on a GPU node's real GPUs, which the hub does not carry: the grader's clock

@@ -176,6 +176,40 @@ def test_efficiency_is_deferred_when_the_reference_cannot_be_timed_and_failed_wh
     assert not verdict.passed and not verdict.deferred and "your script could not be timed" in verdict.summary
 
 
+def hub_timed(name: str, steps: int, lead_s: float, step_s: float = 0.02) -> JobResult:
+    """A launch the hub timed, asked for `steps`: its first timed step (after 2 of warm-up)
+    began `lead_s` after the ranks started, and every step took `step_s`."""
+    ends = (lead_s - step_s, lead_s, *(lead_s + step_s * k for k in range(1, steps - 1)))
+    base = launch(name, [step_s] * steps, [step_s] * steps)
+    return replace(base, spec=replace(base.spec, carrier=CarrierPlan(wait_s=1.0, keep_bytes=0), clock_steps=steps), step_ends=ends)
+
+
+@pytest.mark.parametrize(
+    ("own_leads", "charged_ms"),
+    [
+        ({20: 0.2, 60: 0.21}, 0.0),  # the reference's start-up
+        ({20: 3.2, 60: 3.25}, 0.0),  # a constant cost (torch.compile's compilation): what a long training pays once
+        ({20: 0.4, 60: 1.0}, 15.0 - 2.0),  # 15 ms of each step's work done before the first timed step, less the slack (10 % of 20 ms)
+    ],
+    ids=["as_the_reference", "constant_start_up", "work_hoisted_before_the_steps"],
+)
+def test_work_before_the_first_timed_step_is_charged_where_it_grows_with_the_steps_asked(own_leads: dict[int, float], charged_ms: float) -> None:
+    """By the hub's clock, a run's launches ask for its steps and 3 × them in turn: work done
+    before the first timed step that grows with the steps asked (precompute, then replay) is
+    charged to every step; a start-up that does not grow is not."""
+    reference = tuple(hub_timed("timed@reference", steps, lead) for steps, lead in ((20, 0.2), (60, 0.2), (20, 0.21)))
+    own = tuple(hub_timed("timed", steps, own_leads[steps] + extra) for steps, extra in ((20, 0.0), (60, 0.0), (20, 0.05)))
+    verdict = speed.efficiency(context(["timed"], {"timed": timing.TimedRuns(own=own, reference=reference)}, {"max_ratio": 1.3}, warmup=2))
+    data = verdict.data["speed"]["timed"]
+    assert data["submission"]["lead_charged_step_s"] * 1000 == pytest.approx(charged_ms, abs=1e-6)
+    assert data["ratio"] == pytest.approx((20 + charged_ms) / 20)
+    if charged_ms:
+        assert not verdict.passed
+        assert "with 13.00 ms a step of work done before the first timed step that grows with the steps asked: that step began 0.40 s after the start in launches of 20 steps, 1.00 s in those of 60" in verdict.summary, verdict.summary
+    else:
+        assert verdict.passed and "before the first timed step" not in verdict.summary, verdict.summary
+
+
 # ---------------------------------------------------------------- the grader's clock
 def pair(seconds_per_step: float, start_s: float = 2.0, steps: tuple[int, int] = (10, 90), recorded: float | None = None, taken: tuple[int, int] | None = None, name: str = "t") -> tuple[JobResult, JobResult]:
     """A pair of launches the grader times by its clock: `steps` asked, each launch's wall time
@@ -409,7 +443,7 @@ def test_the_reference_is_timed_with_the_ddp_options_the_traffic_confirms(carrie
     shown = {"used_map": True, "buckets": 2}
     runner = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else seen, **shown))
     report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
-    assert [(job.name, job.ddp_options) for job in runner.jobs] == [("ws2", None), *((name + repeat, chosen if "@reference" in name else None) for repeat in ("", "#2") for name in ("timed@reference", "timed"))]
+    assert [(job.name, job.ddp_options) for job in runner.jobs] == [("ws2", None), *((name + repeat, chosen if "@reference" in name else None) for repeat in ("", "+long#2") for name in ("timed@reference", "timed"))]
     efficiency = next(c for c in report.checks if c.id == "efficiency")
     assert efficiency.status is Status.PASSED and efficiency.summary.endswith("built with your DDP options (find_unused_parameters=True, bucket_cap_mb=1)"), efficiency.summary
     claimed_only = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else seen))

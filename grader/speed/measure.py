@@ -118,7 +118,7 @@ def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None =
     if not isinstance(launch.traffic, TrafficReport):
         return replace(launch, step_ends=f"no report: {launch.traffic}")
     if launch.spec.private:
-        return replace(launch, step_ends=sized_step_ends(launch.traffic, reference.workload))
+        return replace(launch, step_ends=sized_step_ends(launch.traffic, reference.workload, launch.spec.clock_steps))
     seen = reference.seen(launch, lambda: claims_of(launch, reference.workload))
     if isinstance(seen, str):
         return replace(launch, step_ends=seen)
@@ -129,7 +129,7 @@ def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None =
         if used != (adopted or DdpOptions()):
             shown = [options.describe() or "DDP's defaults" for options in (used, adopted or DdpOptions())]
             return replace(launch, step_ends=f"your timed launch built its DDP with {shown[0]}, your checked runs with {shown[1]}: the reference is timed with the options of your checked runs")
-    return replace(launch, step_ends=step_ends(launch.traffic, seen, reference.workload.steps))
+    return replace(launch, step_ends=step_ends(launch.traffic, seen, launch.spec.clock_steps or reference.workload.steps))
 
 
 def step_seconds(run: JobResult, warmup: int = 1) -> list[float]:
@@ -164,6 +164,21 @@ class Measurement:
     outside_s: float | None = None  # by the grader's clock: the least time a launch spent outside its steps (start-up, end), over the pairs
     charged_s: float = 0.0  # of that, beyond the reference's, spread over the long launch's steps (`charged`)
     launch_steps_s: tuple[tuple[float, ...], ...] = ()  # per launch that could be timed (by the hub's or the recorder's clock), its timed steps in order
+    leads: tuple[tuple[int, float], ...] = ()  # by the hub's clock, per launch: the steps it was asked for, and when its first timed step began (from the ranks' start)
+    lead_charged_s: float = 0.0  # per step: the work before the first timed step that grows with the steps asked, beyond the reference's (`charged`)
+
+    def lead_slope_s(self) -> tuple[float, int, float, int, float] | None:
+        """How much later the first timed step begins per step asked (the least lead at the
+        most steps asked against the least at the fewest, over the steps between them), with
+        those: (slope, fewest steps, its lead, most steps, its lead); None where every launch
+        asked for as many."""
+        least: dict[int, float] = {}
+        for steps, lead in self.leads:
+            least[steps] = min(lead, least.get(steps, lead))
+        if len(least) < 2:
+            return None
+        short, long = min(least), max(least)
+        return (least[long] - least[short]) / (long - short), short, least[short], long, least[long]
 
     @property
     def timed(self) -> bool:
@@ -201,7 +216,17 @@ class Measurement:
         if not self.launch_steps_s:
             return self.describe(records)
         count = min(len(steps) for steps in self.launch_steps_s)
-        return f"{self.cost_s * 1000:.2f} ms per step (each of its {count} timed steps by its median over {len(self.launch_steps_s)} launches; fastest tenth {self.undisturbed_s * 1000:.2f} ms)"
+        return f"{self.cost_s * 1000:.2f} ms per step (each of its {count} timed steps by its median over {len(self.launch_steps_s)} launches; fastest tenth {self.undisturbed_s * 1000:.2f} ms{self._lead()})"
+
+    def _lead(self) -> str:
+        slope = self.lead_slope_s()
+        if not self.lead_charged_s or slope is None:
+            return ""
+        _, short, short_s, long, long_s = slope
+        return (
+            f"; with {self.lead_charged_s * 1000:.2f} ms a step of work done before the first timed step that grows with the steps asked: "
+            f"that step began {short_s:.2f} s after the start in launches of {short} steps, {long_s:.2f} s in those of {long}"
+        )
 
     def _pairs(self) -> str:
         assert self.pair_steps is not None
@@ -242,6 +267,7 @@ class Measurement:
             "timed_steps": len(self.steps_s),
             "launch_medians_s": [round(m, 6) for m in self.medians_s],
             "cost_step_s": round(self.cost_s, 6),
+            **({"leads_s": [[steps, round(lead, 4)] for steps, lead in self.leads], "lead_charged_step_s": round(self.lead_charged_s, 6)} if self.leads else {}),
             **clock,
         }
 
@@ -317,19 +343,46 @@ def _clocked(launches: Sequence[JobResult], warmup: int) -> Measurement:
 
 
 def charged(own: Measurement, reference: Measurement) -> Measurement:
-    """`own` with the time its launches spend outside their steps beyond the reference's (the
-    least over each side's pairs), spread over the steps of its long launch. The difference of
-    two launches cannot tell a script that is slow in every step and sleeps longer the fewer
-    steps it is asked for (padding its short launch) from one with fast steps and a long
-    start-up; what it spends in all, it cannot hide: charged to its steps, the padding costs
-    them at least what it hid. A start-up as long as the reference's costs nothing; one longer
-    by a second costs a second spread over the long launch. Sides not timed by the grader's
-    clock are left as they are."""
-    if own.outside_s is None or reference.outside_s is None or own.pair_steps is None or own.outside_s <= reference.outside_s:
+    """`own` with what its steps cost that the steps alone do not show, beyond the reference's.
+
+    By the grader's clock (pairs of launches): the time its launches spend outside their steps
+    beyond the reference's (the least over each side's pairs), spread over the steps of its
+    long launch. The difference of two launches cannot tell a script that is slow in every
+    step and sleeps longer the fewer steps it is asked for (padding its short launch) from one
+    with fast steps and a long start-up; what it spends in all, it cannot hide: charged to its
+    steps, the padding costs them at least what it hid.
+
+    By the hub's clock (launches asked for the run's steps and STRETCH times them:
+    grader/speed/schedule.py): the work it does before its first timed step that grows with
+    the steps asked (`Measurement.lead_slope_s`), beyond the reference's and beyond
+    LEAD_SLACK of a reference step (the noise of start-up), is charged to every step. A
+    script that does each step's work ahead of the loop (precompute, then replay) pays it per
+    step; a cost that does not grow with the steps (imports, `torch.compile`'s compilation)
+    is what a long training pays once, and is not charged.
+
+    A start-up as long as the reference's costs nothing."""
+    per_step, extra = 0.0, 0.0
+    if own.outside_s is not None and reference.outside_s is not None and own.pair_steps is not None and own.outside_s > reference.outside_s:
+        extra = own.outside_s - reference.outside_s
+        per_step = extra / own.pair_steps[1]
+    slopes = own.lead_slope_s(), reference.lead_slope_s()
+    lead = 0.0
+    if slopes[0] is not None and slopes[1] is not None and reference.timed:
+        lead = max(slopes[0][0] - max(slopes[1][0], 0.0) - LEAD_SLACK * reference.cost_s, 0.0)
+    if not per_step and not lead:
         return own
-    extra = own.outside_s - reference.outside_s
-    per_step = extra / own.pair_steps[1]
-    return replace(own, medians_s=tuple(m + per_step for m in own.medians_s), steps_s=tuple(m + per_step for m in own.steps_s), launch_steps_s=tuple(tuple(m + per_step for m in steps) for steps in own.launch_steps_s), charged_s=extra)
+    added = per_step + lead
+    return replace(
+        own,
+        medians_s=tuple(m + added for m in own.medians_s),
+        steps_s=tuple(m + added for m in own.steps_s),
+        launch_steps_s=tuple(tuple(m + added for m in steps) for steps in own.launch_steps_s),
+        charged_s=extra,
+        lead_charged_s=lead,
+    )
+
+
+LEAD_SLACK = 0.1  # of a reference step: how much the first timed step may begin later per step asked before it is charged (`charged`)
 
 
 def cost_ratio(own: Measurement, reference: Measurement) -> float:
@@ -342,11 +395,12 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
     """The protocol over the launches of one side. A launch that failed, or that timed no step,
     makes the whole side untimed: a crash must not pass as a fast run. Launches the grader
     paired to time by its own clock (`JobSpec.clock_steps`) are measured so."""
-    if launches and launches[0].spec.clock_steps is not None:
+    if launches and launches[0].spec.carrier is None and launches[0].spec.clock_steps is not None:
         return _clocked(launches, warmup)
     medians: list[float] = []
     per_launch: list[tuple[float, ...]] = []
     steps: list[float] = []
+    leads: list[tuple[int, float]] = []
     problem = None if launches else "it was not launched"
     for launch in launches:
         if launch.skipped:
@@ -360,4 +414,6 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
         medians.append(statistics.median(seconds))
         per_launch.append(tuple(seconds))
         steps.extend(seconds)
-    return Measurement(tuple(medians), len(launches), problem, tuple(steps), launch_steps_s=tuple(per_launch))
+        if isinstance(launch.step_ends, tuple) and launch.spec.clock_steps is not None:
+            leads.append((launch.spec.clock_steps, launch.step_ends[max(warmup, 1) - 1]))
+    return Measurement(tuple(medians), len(launches), problem, tuple(steps), launch_steps_s=tuple(per_launch), leads=tuple(leads))

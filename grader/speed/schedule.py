@@ -4,7 +4,10 @@ launches go, how many rounds, and what the grader's hub saw of them.
 A timed run is launched in rounds (the spec's `timing.repeats`): in each, the reference
 solution's launch of the run (when a speed check compares with it) and then the submission's,
 so both see the same machine load; a run the grader times by its own clock (not carried by its
-hub: real GPUs) goes in pairs of two step counts (`round_order`). After the spec's rounds, up to
+hub: real GPUs) goes in pairs of two step counts (`round_order`); a run the hub carries goes with the run's steps in even rounds and
+STRETCH × them in odd ones (`stretched_steps`), so that work a script does before its first
+timed step, and that grows with the steps asked, shows (grader/speed/measure.py `charged`).
+After the spec's rounds, up to
 as many more for the runs a speed check would still fail (`doubts`), while the budget has room
 (`room_for`): failing takes twice the evidence. A run whose own launch failed is launched no
 more (a failed launch leaves its side untimed: grader/speed/measure.py). The submission's
@@ -36,10 +39,19 @@ class Schedule:
     repeats: int  # the spec's rounds
     doubtful: Callable[[str, TimedRuns], bool]  # whether a speed check would fail the run on its launches so far
     clocked: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # timed by the grader's clock: name -> its short and long step counts
+    stretched: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # timed by the hub's clock: name -> the steps of its even and odd rounds
 
     @property
     def planned_reference_launches(self) -> int:
-        return sum(self.repeats * len(round_order(self.clocked.get(run.name))) // 2 for run in self.timed if run.name in self.referenced)
+        return sum(self.repeats * len(self.order(run.name, 0)) // 2 for run in self.timed if run.name in self.referenced)
+
+    def order(self, name: str, repeat: int) -> tuple[tuple[int | None, str], ...]:
+        """The launches of round `repeat` of the named run (`round_order`)."""
+        stretched = self.stretched.get(name)
+        if stretched is not None:
+            steps = stretched[repeat % 2]
+            return ((steps, "reference"), (steps, "own"))
+        return round_order(self.clocked.get(name))
 
 
 @dataclass
@@ -76,7 +88,7 @@ def run_timed(launches: TimedLaunches, launch: Launch, deadline: float) -> dict[
         if repeat >= schedule.repeats:  # the spec's rounds are done: more only for runs a check doubts, while the budget has room for them
             pending = tuple(run for run in schedule.timed if schedule.doubtful(run.name, launches.of(run.name)) and room_for(run.name, launches.own, launches.reference, deadline))
         for run in pending:
-            for steps, role in round_order(schedule.clocked.get(run.name)):
+            for steps, role in schedule.order(run.name, repeat):
                 if launches.failed(run.name):
                     break  # more would only spend the budget
                 if role == "own" or run.name in schedule.referenced:
@@ -120,6 +132,20 @@ def clocked_steps(assignment: Assignment, args: Mapping[str, Any], timed: tuple[
             steps = int((run.args if run.solution else merged_args(args, run))[assignment.timing.steps_argument])
             clocked[run.name] = (steps, steps * assignment.timing.clock_factor)
     return clocked
+
+
+STRETCH = 3  # a carried timed run's odd rounds ask for this many times its steps; measured on p6's timed run (2 ranks, a 2-core machine, quiet): the time before its first timed step varies by 0.07 s between launches, 1.6 ms a step over the 40 steps between 20 and 60
+
+
+def stretched_steps(assignment: Assignment, args: Mapping[str, Any], timed: tuple[RunDef, ...], gpus: int) -> dict[str, tuple[int, int]]:
+    """The timed runs the grader's hub carries here, each with the steps of its even rounds
+    (the run's own) and of its odd ones (STRETCH times as many)."""
+    stretched = {}
+    for run in timed:
+        if carried(run, gpus):
+            steps = int((run.args if run.solution else merged_args(args, run))[assignment.timing.steps_argument])
+            stretched[run.name] = (steps, steps * STRETCH)
+    return stretched
 
 
 def checked_timings(practical: Practical, args: Mapping[str, Any], carried_runs: tuple[RunDef, ...], timings: dict[str, TimedRuns]) -> dict[str, TimedRuns]:

@@ -378,13 +378,13 @@ def step_ends(report: TrafficReport, seen: TrainingSeen, steps: int) -> tuple[fl
     return _sized_steps(reds, target, at[seen.steps[-1].syncs[-1]] + 1, [step.end for step in seen.steps], steps)
 
 
-def sized_step_ends(report: TrafficReport, workload: Workload) -> tuple[float, ...] | str:
-    """When each step of a launch of the grader's own code (a reference solution's timed launch,
-    of which the hub keeps no data) ended by the hub's clock: each step is the all-reduces that
-    together reduce every gradient of the workload's model once, as step_ends finds the steps
-    after those it saw."""
+def sized_step_ends(report: TrafficReport, workload: Workload, steps: int | None = None) -> tuple[float, ...] | str:
+    """When each of `steps` (the workload's by default) steps of a launch of the grader's own
+    code (a reference solution's timed launch, of which the hub keeps no data) ended by the
+    hub's clock: each step is the all-reduces that together reduce every gradient of the
+    workload's model once, as step_ends finds the steps after those it saw."""
     numel = sum(values.numel() for values in workload.parameters(()).values())
-    return _sized_steps(reductions(report), numel, 0, [], workload.steps)
+    return _sized_steps(reductions(report), numel, 0, [], steps or workload.steps)
 
 
 def _sized_steps(reds: list[Reduction], target: int, index: int, ends: list[float], steps: int) -> tuple[float, ...] | str:
