@@ -36,7 +36,10 @@ sections it did not measure are kept) and prints them.
    the results file.
 8. GPU (only with CUDA): p6 on NCCL with world size 1, p5's single-GPU baseline and its
    DataParallel step times, NVML readings, and the fidelity suite (virtual vs real devices).
-9. Peak memory (`--memory`, alone, as root): each practical's grading started in a cgroup of
+9. Shapes (`--shapes N`, alone): a planted 1.5× slowdown in every timed step, in most, in every
+   fifth, in one, and ahead of the loop, on p6's timed run carried by the hub, N gradings each
+   (caught, target ≥ 19 of 20). Spliced into the results file.
+10. Peak memory (`--memory`, alone, as root): each practical's grading started in a cgroup of
    its own, whose peak counts the grader, its launchers, every rank and their tmpfs files: what
    a grading machine (or Gradescope's image) must hold. Spliced into the results file.
 All ratios are measured in this one process run.
@@ -374,6 +377,110 @@ def clocked_section(work: Path, gradings: int) -> list[str]:
     ]
 
 
+CARRIED_P6 = """
+id: p6
+title: DDP, its timed run by the hub's clock
+script: p6_ddp.py
+seed_argument: seed
+args: {batch_size: 64, dim: 32, hidden: 64, steps: 3, lr: 0.05}
+variables: [rank, local_rank, world_size, device]
+timing: {repeats: 3, warmup_steps: 2}
+runs:
+  - {name: timed, ranks_per_node: 2, carried: true, args: {batch_size: 256, dim: 512, hidden: 1024, steps: 20, lr: 0.01}}
+checks:
+  - {id: efficiency, title: Speed, points: 2, runs: [timed], options: {max_ratio: 1.3}}
+"""  # p6's timed run as the spec has it, alone
+
+def planted_shape(work: Path, shape: str, factor: float = 0.5) -> Path:
+    """p6's reference solution made (1 + factor)× slower in all, the work planted in the steps
+    of `shape` (SHAPE_SOURCES: a spin on the real clock after the optimizer step, for its share of
+    factor × the timed steps' time), or, for "before_the_first_step", before the loop: a spin
+    for factor × steps × a step's time as three dry steps measured it (forward and backward
+    without DDP's all-reduce, so a little less than 1.5×). Its own clocks are slowed to a third."""
+    folder = work / f"shape-{shape}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(ROOT / "solutions" / "p6", folder)
+    script = folder / "p6_ddp.py"
+    text = script.read_text()
+    if shape == "before_the_first_step":
+        spin = (
+            "_dry = []\nfor _ in range(3):  # three dry steps: forward and backward without the all-reduce\n"
+            "    _began = REAL_CLOCK()\n    with (model.no_sync() if ddp else contextlib.nullcontext()):\n"
+            "        loss_fn(model(get_batch(0)[0][:shard].to(device)), get_batch(0)[1][:shard].to(device)).backward()\n"
+            "    _dry.append(REAL_CLOCK() - _began)\noptimizer.zero_grad(set_to_none=True)\n"
+            f"_until = REAL_CLOCK() + {factor!r} * steps * sorted(_dry)[1]  # the planted slowdown, ahead of the loop\n"
+            "while REAL_CLOCK() < _until:\n    pass\n"
+        )
+        edits = (("import time\n", "import contextlib\nimport time\n\nREAL_CLOCK = time.perf_counter\n" + CLOCK_FORGERY), ("t0 = time.time()\n", spin + "t0 = time.time()\n"))
+    else:
+        spin = (
+            f"    _slow = list(SHAPE(steps))\n    now = REAL_CLOCK()\n"
+            f"    until = now + ({factor!r} * (steps - 2) / len(_slow) if step in _slow else 0.0) * (now - STEP_START[0])  # the planted slowdown\n"
+            "    while REAL_CLOCK() < until:\n        pass\n    STEP_START[0] = REAL_CLOCK()\n"
+        )
+        edits = (
+            ("import time\n", f"import time\n\nREAL_CLOCK = time.perf_counter\nSHAPE = {SHAPE_SOURCES[shape]}\n" + CLOCK_FORGERY),
+            ("for step in range(steps):\n", "STEP_START = [REAL_CLOCK()]\nfor step in range(steps):\n"),
+            ("    optimizer.step()\n", "    optimizer.step()\n" + spin),
+        )
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    script.write_text(text)
+    return folder
+
+
+# which of a launch's steps (of `steps`, the first 2 untimed) carry the planted work: source
+# put into the planted script
+SHAPE_SOURCES = {
+    "every_step": "lambda steps: range(2, steps)",
+    "most_steps": "lambda steps: range(2, 2 + round((steps - 2) * 11 / 18))",
+    "every_fifth": "lambda steps: range(5, steps, 5)",
+    "one_step": "lambda steps: (steps // 2,)",
+}
+
+
+def shapes_section(work: Path, gradings: int) -> list[str]:
+    """Issue 32's shapes: a planted 1.5× slowdown of the whole training in each shape (SHAPE_SOURCES,
+    and before the first step), on p6's timed run carried by the hub (CARRIED_P6), each graded
+    `gradings` times in-process: how often `efficiency` fails it (target ≥ 19 of 20)."""
+    from grader.grade.pipeline import grade as grade_in_process
+    from grader.practicals import p6
+    from grader.run.local import LocalRunner
+    from grader.spec import load_assignment
+
+    (work / "carried.yaml").write_text(CARRIED_P6)
+    practical = Practical(load_assignment(work / "carried.yaml", p6.CHECKS), p6)
+    (work / "shapes-runs").mkdir(exist_ok=True)
+    started = time.perf_counter()
+    rows = []
+    with LocalRunner(work / "shapes-runs") as runner:
+        for shape in (*SHAPE_SOURCES, "before_the_first_step"):
+            folder = planted_shape(work, shape)
+            outcomes = []
+            for run in range(gradings):
+                report = grade_in_process(practical, folder, runner, GradeOptions(solutions=ROOT / "solutions", seed=7000 + run))
+                check = next(c for c in report.checks if c.id == "efficiency")
+                ratio = check.data.get("speed", {}).get("timed", {}).get("ratio", float("nan"))
+                outcomes.append((check.status.value, ratio))
+                print(f"{shape}, grading {run + 1}: efficiency {check.status.value} ({ratio:.2f}×)", file=sys.stderr, flush=True)
+            caught = sum(status == "failed" for status, _ in outcomes)
+            rows.append(f"| {shape.replace('_', ' ')} | **{caught} of {gradings}** | {', '.join(f'{r:.2f}' for r in sorted(r for _, r in outcomes))} |")
+    return [
+        "## A planted 1.5× slowdown in every shape (issue 32)",
+        "",
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --shapes {gradings}` ({(time.perf_counter() - started) / 60:.0f} min): "
+        "p6's timed run alone (3 rounds of 20, 60 and 20 steps, carried by the hub), its reference made 1.5× slower in all by a spin on the real clock, "
+        "its own clocks slowed to a third; the spin in every timed step, in 11 of the 18, in every fifth, in one, or ahead of the loop.",
+        "",
+        "| where the work is | caught (target ≥ 19 of 20) | ratios |",
+        "|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def correct_submissions(work: Path) -> list[tuple[str, str, Path]]:
     """(practical, name, folder) of every reference solution and every correct variant the
     tests hold (a variant that loses no check)."""
@@ -547,12 +654,14 @@ def main() -> None:
     parser.add_argument("--steady", type=int, metavar="N", help="only the steady-verdicts section: every reference solution and correct variant graded N times; spliced into --out")
     parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
     parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run not carried, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
+    parser.add_argument("--shapes", type=int, metavar="N", help="only the shapes section: a planted 1.5× slowdown in every step, most, every fifth, one, and ahead of the loop, N gradings each; spliced into --out")
     parser.add_argument("--memory", action="store_true", help="only the peak-memory section: each practical's grading in a cgroup of its own (root); spliced into --out")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
-    if options.steady or options.spread or options.clocked or options.memory:
+    if options.steady or options.spread or options.clocked or options.shapes or options.memory:
         section = (
             steady_section(work, options.steady) if options.steady
+            else shapes_section(work, options.shapes) if options.shapes
             else spread_section(work, options.spread) if options.spread
             else clocked_section(work, options.clocked) if options.clocked
             else memory_section(work)

@@ -27,7 +27,7 @@ from grader.collect import Chosen
 from grader.course import Course, CourseError, load_practical
 from grader.run.tree import open_beneath
 from grader.spec import SpecError
-from grader.submit.gitenv import refused_config, student_git, student_git_environment
+from grader.submit.gitenv import GIT_TIMEOUT_S, refused_config, student_git, student_git_environment
 
 MAX_SCRIPT_BYTES = 1 << 20  # a script larger than this is not compared (no one writes 1 MiB of p6)
 K_GRAM, WINDOW = 25, 1  # copydetect's defaults for code of this size
@@ -86,12 +86,12 @@ def script_bytes(chosen: Chosen, script: str, inbox: Path) -> bytes:
         refused = refused_config(repo)
         if refused:
             raise OSError(refused)
-        size = subprocess.run([*student_git(repo), "cat-file", "-s", blob], capture_output=True, text=True, env=student_git_environment(), timeout=60)
+        size = subprocess.run([*student_git(repo), "cat-file", "-s", blob], capture_output=True, text=True, env=student_git_environment(), timeout=GIT_TIMEOUT_S)
         if size.returncode != 0 or not size.stdout.strip().isdigit():
             raise OSError(size.stderr.strip()[:200] or "git cannot read it")
         if int(size.stdout) > MAX_SCRIPT_BYTES:
             return b"\0" * (MAX_SCRIPT_BYTES + 1)  # too large to compare: its size says so
-        done = subprocess.run([*student_git(repo), "cat-file", "blob", blob], capture_output=True, env=student_git_environment(), timeout=60)
+        done = subprocess.run([*student_git(repo), "cat-file", "blob", blob], capture_output=True, env=student_git_environment(), timeout=GIT_TIMEOUT_S)
         if done.returncode != 0:
             raise OSError(done.stderr.decode(errors="replace").strip()[:200] or "git cannot read it")
         return done.stdout[: MAX_SCRIPT_BYTES + 1]

@@ -28,7 +28,7 @@ from grader.results.gradescope import read_report
 from grader.results.model import GradingReport
 from grader.results.render import markdown
 from grader.store import Entry, ResultsStore
-from grader.submit.gitenv import refused_config, student_git, student_git_environment
+from grader.submit.gitenv import GIT_TIMEOUT_S, refused_config, student_git, student_git_environment
 
 BRANCH = "refs/heads/feedback"
 ATTEMPTS = 5
@@ -49,7 +49,7 @@ def read_command(practical: str) -> str:
 
 
 def _git(repo: Path, *args: str, env: dict[str, str], stdin: str | None = None) -> str:
-    done = subprocess.run([*student_git(str(repo)), *args], input=stdin, capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run([*student_git(str(repo)), *args], input=stdin, capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT_S)
     if done.returncode != 0:
         raise RuntimeError(f"git {args[0]}: {done.stderr.strip()[:300]}")
     return done.stdout.strip()
@@ -152,7 +152,7 @@ def publish(repo: Path, practical: str, commit: str, report: GradingReport, afte
     env = {**student_git_environment(), "GIT_AUTHOR_NAME": "grader", "GIT_AUTHOR_EMAIL": "grader@localhost", "GIT_COMMITTER_NAME": "grader", "GIT_COMMITTER_EMAIL": "grader@localhost"}
     blob = _git(repo, "hash-object", "-w", "--stdin", env=env, stdin=text)
     for _ in range(ATTEMPTS):
-        done = subprocess.run([*student_git(str(repo)), "rev-parse", "--verify", "-q", BRANCH], capture_output=True, text=True, env=env, timeout=60)
+        done = subprocess.run([*student_git(str(repo)), "rev-parse", "--verify", "-q", BRANCH], capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT_S)
         parent = done.stdout.strip() if done.returncode == 0 else None
         with tempfile.TemporaryDirectory(prefix="grader-feedback-") as scratch:
             indexed = {**env, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
@@ -162,7 +162,7 @@ def publish(repo: Path, practical: str, commit: str, report: GradingReport, afte
                 _git(repo, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=indexed)
             tree = _git(repo, "write-tree", env=indexed)
         made = _git(repo, "commit-tree", tree, *(["-p", parent] if parent else []), "-m", f"feedback on {practical} @{commit[:7]}", env=env)
-        update = subprocess.run([*student_git(str(repo)), "update-ref", BRANCH, made, parent or "0" * 40], capture_output=True, text=True, env=env, timeout=60)
+        update = subprocess.run([*student_git(str(repo)), "update-ref", BRANCH, made, parent or "0" * 40], capture_output=True, text=True, env=env, timeout=GIT_TIMEOUT_S)
         if update.returncode == 0:
             return made
     raise RuntimeError(f"the feedback branch kept moving: {ATTEMPTS} attempts")

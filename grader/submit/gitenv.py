@@ -12,6 +12,7 @@ import os
 import subprocess
 
 HARDENED = ("-c", "core.hooksPath=/dev/null", "-c", "protocol.allow=never", "-c", "core.fsmonitor=false")
+GIT_TIMEOUT_S = 60  # one git command on a student's repository (a repository that big or that slow is refused as broken)
 RISKY_CONFIG = ("filter.", "include.", "includeif.", "core.fsmonitor", "core.sshcommand", "core.gitproxy", "extensions.partialclone", "uploadpack.", "core.askpass", "credential.")
 
 
@@ -35,7 +36,7 @@ def refused_config(repo: str) -> str | None:
     """Why the grader will not run git on `repo` (its own config sets something that makes git
     run a program), or None."""
     try:
-        done = subprocess.run([*student_git(repo), "config", "--local", "--name-only", "--list"], capture_output=True, text=True, env=student_git_environment(), timeout=30)
+        done = subprocess.run([*student_git(repo), "config", "--local", "--name-only", "--list"], capture_output=True, text=True, env=student_git_environment(), timeout=GIT_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"its git config cannot be read: {exc}"
     risky = sorted({name for name in done.stdout.lower().split() if name.startswith(RISKY_CONFIG)})

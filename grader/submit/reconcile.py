@@ -18,7 +18,7 @@ from pathlib import Path
 from grader.course import Course
 from grader.files import write_atomically
 from grader.store import ResultsStore, safe_name
-from grader.submit.gitenv import student_git, student_git_environment
+from grader.submit.gitenv import GIT_TIMEOUT_S, student_git, student_git_environment
 from grader.submit.queue import Queue, Submission
 
 REGISTRY = "repositories"
@@ -39,7 +39,7 @@ def register(store: ResultsStore, student: str, repo: Path, backend: str, option
 
 
 def _git(repo: str, *args: str) -> str | None:
-    done = subprocess.run([*student_git(repo), *args], capture_output=True, text=True, env=student_git_environment(), timeout=60)
+    done = subprocess.run([*student_git(repo), *args], capture_output=True, text=True, env=student_git_environment(), timeout=GIT_TIMEOUT_S)
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
 
 
@@ -49,7 +49,7 @@ def _folder_trees(repo: str, names: list[str]) -> dict[str, str | None]:
     dispatch, and one process per name made that 15 s for 300 repositories."""
     if not names:
         return {}
-    done = subprocess.run([*student_git(repo), "cat-file", "--batch-check=%(objectname)"], input="".join(f"{name}\n" for name in names), capture_output=True, text=True, env=student_git_environment(), timeout=60)
+    done = subprocess.run([*student_git(repo), "cat-file", "--batch-check=%(objectname)"], input="".join(f"{name}\n" for name in names), capture_output=True, text=True, env=student_git_environment(), timeout=GIT_TIMEOUT_S)
     lines = done.stdout.splitlines()
     if done.returncode != 0 or len(lines) != len(names):
         return dict.fromkeys(names)
