@@ -210,6 +210,17 @@ def test_work_before_the_first_timed_step_is_charged_where_it_grows_with_the_ste
         assert verdict.passed and "before the first timed step" not in verdict.summary, verdict.summary
 
 
+def test_a_script_that_does_its_steps_work_ahead_for_one_step_count_only_is_judged_by_the_other() -> None:
+    """Slow steps (30 ms, the reference's 20 ms) done ahead of the loop when asked for 20 steps
+    (fast steps, a late first timed step) and not when asked for 60: the launches of 60 steps
+    decide (by each step's median over all launches it would pass at 0.25×)."""
+    reference = tuple(hub_timed("timed@reference", steps, 0.2) for steps in (20, 60, 20))
+    own = tuple(hub_timed("timed", steps, lead, step_s) for steps, lead, step_s in ((20, 0.75, 0.005), (60, 0.2, 0.03), (20, 0.75, 0.005)))
+    verdict = speed.efficiency(context(["timed"], {"timed": timing.TimedRuns(own=own, reference=reference)}, {"max_ratio": 1.3}, warmup=2))
+    assert not verdict.passed and "1.50× the reference's step time" in verdict.summary, verdict.summary
+    assert "5.00 ms a step in its launches of 20 steps, 30.00 ms a step in its launches of 60 steps: the dearer counts" in verdict.summary, verdict.summary
+
+
 # ---------------------------------------------------------------- the grader's clock
 def pair(seconds_per_step: float, start_s: float = 2.0, steps: tuple[int, int] = (10, 90), recorded: float | None = None, taken: tuple[int, int] | None = None, name: str = "t") -> tuple[JobResult, JobResult]:
     """A pair of launches the grader times by its clock: `steps` asked, each launch's wall time

@@ -164,6 +164,7 @@ class Measurement:
     outside_s: float | None = None  # by the grader's clock: the least time a launch spent outside its steps (start-up, end), over the pairs
     charged_s: float = 0.0  # of that, beyond the reference's, spread over the long launch's steps (`charged`)
     launch_steps_s: tuple[tuple[float, ...], ...] = ()  # per launch that could be timed (by the hub's or the recorder's clock), its timed steps in order
+    launch_asked: tuple[int | None, ...] = ()  # per launch of launch_steps_s: the steps it was asked for (None: the run's own)
     leads: tuple[tuple[int, float], ...] = ()  # by the hub's clock, per launch: the steps it was asked for, and when its first timed step began (from the ranks' start)
     lead_charged_s: float = 0.0  # per step: the work before the first timed step that grows with the steps asked, beyond the reference's (`charged`)
 
@@ -204,11 +205,23 @@ class Measurement:
         launches, averaged over the steps (by the grader's clock: its median pair's step).
         Work the program does in some steps, the same ones in every launch (one step in five,
         most steps, the first timed one), stays in it; a step another process slowed in one
-        launch does not."""
-        if not self.launch_steps_s:
-            return self.typical_s
-        count = min(len(steps) for steps in self.launch_steps_s)
-        return statistics.fmean(statistics.median(steps[i] for steps in self.launch_steps_s) for i in range(count))
+        launch does not. Where the launches asked for different step counts cost more than
+        COUNT_SPREAD apart, the dearer count's (`cost_by_count`): a step costs what it costs
+        whatever the count, and a script that does less work per step when it is asked for
+        one count than for the other (its steps' work done ahead of the loop for one count
+        only) is judged by the other."""
+        by_count = self.cost_by_count()
+        if len(by_count) > 1 and max(by_count.values()) > COUNT_SPREAD * min(by_count.values()):
+            return max(by_count.values())
+        return _step_cost(self.launch_steps_s) if self.launch_steps_s else self.typical_s
+
+    def cost_by_count(self) -> dict[int, float]:
+        """Per step count asked, what a step of its launches costs (empty where the launches
+        asked for none)."""
+        if len(self.launch_asked) != len(self.launch_steps_s):
+            return {}
+        counts = sorted({asked for asked in self.launch_asked if asked is not None})
+        return {count: _step_cost([steps for steps, asked in zip(self.launch_steps_s, self.launch_asked) if asked == count]) for count in counts}
 
     def describe_cost(self, records: bool = True) -> str:
         """'12.90 ms per step (each of its 18 timed steps by its median over 3 launches;
@@ -216,7 +229,14 @@ class Measurement:
         if not self.launch_steps_s:
             return self.describe(records)
         count = min(len(steps) for steps in self.launch_steps_s)
-        return f"{self.cost_s * 1000:.2f} ms per step (each of its {count} timed steps by its median over {len(self.launch_steps_s)} launches; fastest tenth {self.undisturbed_s * 1000:.2f} ms{self._lead()})"
+        return f"{self.cost_s * 1000:.2f} ms per step (each of its {count} timed steps by its median over {len(self.launch_steps_s)} launches; fastest tenth {self.undisturbed_s * 1000:.2f} ms{self._counts()}{self._lead()})"
+
+    def _counts(self) -> str:
+        by_count = self.cost_by_count()
+        if len(by_count) < 2 or max(by_count.values()) <= COUNT_SPREAD * min(by_count.values()):
+            return ""
+        shown = ", ".join(f"{cost * 1000:.2f} ms a step in its launches of {count} steps" for count, cost in by_count.items())
+        return f"; {shown}: the dearer counts"
 
     def _lead(self) -> str:
         slope = self.lead_slope_s()
@@ -285,6 +305,15 @@ class TimedRuns:
         """The submission's DDP options the reference's launches took on (None: they built
         DDP as the reference solution does)."""
         return next((launch.spec.ddp_options for launch in self.reference if launch.spec.ddp_options is not None), None)
+
+
+COUNT_SPREAD = 1.25  # launches of two step counts whose steps cost more than this many times apart are judged by the dearer (`Measurement.cost_s`); a burst of load that moves one count alone makes a failing verdict wait for more rounds, each count's launches then more than one
+
+
+def _step_cost(launches: Sequence[Sequence[float]]) -> float:
+    """Step by step, the median of that step over `launches`, averaged over the steps all have."""
+    count = min(len(steps) for steps in launches)
+    return statistics.fmean(statistics.median(steps[i] for steps in launches) for i in range(count))
 
 
 RECORDS_SLACK = 1.5  # records that claim steps this many times faster than the grader's clock saw are named in the feedback
@@ -401,6 +430,7 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
     per_launch: list[tuple[float, ...]] = []
     steps: list[float] = []
     leads: list[tuple[int, float]] = []
+    asked: list[int | None] = []
     problem = None if launches else "it was not launched"
     for launch in launches:
         if launch.skipped:
@@ -413,7 +443,8 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
             continue
         medians.append(statistics.median(seconds))
         per_launch.append(tuple(seconds))
+        asked.append(launch.spec.clock_steps)
         steps.extend(seconds)
         if isinstance(launch.step_ends, tuple) and launch.spec.clock_steps is not None:
             leads.append((launch.spec.clock_steps, launch.step_ends[max(warmup, 1) - 1]))
-    return Measurement(tuple(medians), len(launches), problem, tuple(steps), launch_steps_s=tuple(per_launch), leads=tuple(leads))
+    return Measurement(tuple(medians), len(launches), problem, tuple(steps), launch_steps_s=tuple(per_launch), launch_asked=tuple(asked), leads=tuple(leads))
