@@ -30,6 +30,12 @@ def test_only_broken_connections_mean_the_ranks_disagreed_on_collectives() -> No
     hub = "collective 3 of the default process group: rank 1 left (its process ended) before it joined; its last call: all_reduce SUM([2177] float32)"
     crashed(run.ranks[0], "DistBackendError", hub, line=90, code="loss.backward()")
     assert failures.explain(run).startswith(f"rank 0 lost contact with the other ranks in a collective at p6_ddp.py:90 (loss.backward()) ({hub}); rank 1 had already finished normally")
+    p2p = "rank 0 received from rank 1: it expected [8, 16] float32 and would receive [7, 16] float32"  # a send and a recv, not a collective
+    crashed(run.ranks[0], "DistBackendError", p2p, line=117, code="dist.recv(grad, src=stage + 1)")
+    assert failures.explain(run) == (
+        f"rank 0 lost contact with the other ranks in a send or recv at p6_ddp.py:117 (dist.recv(grad, src=stage + 1)) ({p2p}); rank 1 had already finished normally"
+        " — every send must meet a recv from its rank, of its size, in the same order"
+    )
 
 
 

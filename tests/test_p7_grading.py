@@ -1,14 +1,18 @@
-"""p7 end to end: a two-stage pipeline under GPipe and 1F1B, judged on the sends the grader's
-hub carried. One grading per submission; each test asserts all it needs of it."""
+"""p7 end to end: a pipeline under GPipe and 1F1B, judged on the sends the grader's hub carried
+(two stages as the spec runs it, three with --world-size 3). One grading per submission; each
+test asserts all it needs of it."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 
-from helpers import ROOT, assert_loses_exactly, checks_by_id, grade_in_process
+from helpers import ROOT, assert_loses_exactly, checks_by_id, copy_course, grade_in_process
+from p6_forgeries import Forgery
+from p7_forgeries import FORGERIES
 from p7_variants import ALL_CHECKS, UNUSUAL_VARIANTS, VARIANTS
 from variants import Variant
 
@@ -30,6 +34,40 @@ def test_reference_solution_gets_full_marks_for_both_schedules(tmp_path: Path, c
     assert "gpipe (1 node × 2 ranks): gpipe: micro-batches in flight at most [4, 4] (by stage)" in order
     assert "1f1b (1 node × 2 ranks): 1f1b: micro-batches in flight at most [2, 1] (by stage)" in order
     assert "1f1b (1 node × 2 ranks): 12 activations and 12 gradients across each of the 1 cut(s), all the grader's (element by element)" in checks["p2p_values"]["output"]
+
+
+def test_reference_solution_in_three_stages_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--world-size 3: one 1F1B run of three stages, the middle one receiving and sending both ways."""
+    results = grade_in_process("p7", ROOT / "solutions" / "p7", tmp_path / "r.json", "--world-size", "3")
+    capsys.readouterr()
+    checks = checks_by_id(results)
+    assert results["score"] == 12, {k: v["output"] for k, v in checks.items()}
+    assert "ws3 (1 node × 3 ranks): 12 activations and 12 gradients across each of the 2 cut(s), all the grader's (element by element)" in checks["p2p_values"]["output"]
+    assert "ws3 (1 node × 3 ranks): 1f1b: micro-batches in flight at most [3, 2, 1] (by stage)" in checks["schedule_order"]["output"]
+
+
+def test_torch_pipelining_schedules_get_full_marks_where_the_micro_batches_are_equal(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The whole program written with torch.distributed.pipelining (PipelineStage, ScheduleGPipe
+    and Schedule1F1B, which send shape metadata first and every activation and gradient with
+    batch_isend_irecv). A stage allocates its receive buffers once, from the first micro-batch's
+    shape, so micro-batches of different sizes (every batch the spec draws: 4 does not divide
+    29-35) fail: here the hub refuses 7 rows sent to a buffer of 8, under torchrun gloo receives
+    them into its first rows and the loss then fails on 8 rows against 7 targets. This grading's
+    course draws a batch of 32."""
+    course = copy_course(tmp_path / "course")
+    for side in ("solutions", "assignments"):
+        spec = course / side / "p7" / "assignment.yaml"
+        spec.write_text(spec.read_text().replace("  batch_size: [29, 30, 31, 33, 34, 35]\n", "  batch_size: [32]\n", 1))
+    folder = course / "submission"
+    shutil.copytree(ROOT / "solutions" / "p7", folder)
+    shutil.copy(Path(__file__).parent / "p7_submissions" / "pipelining_schedules.py", folder / "p7_pipeline.py")
+    results = grade_in_process("p7", folder, tmp_path / "r.json", course=course)
+    capsys.readouterr()
+    checks = checks_by_id(results)
+    assert results["score"] == 12, {k: v["output"] for k, v in checks.items()}
+    assert "drawn for this grading: batch_size 32" in results["output"]
+    assert "1f1b (1 node × 2 ranks): 12 activations and 12 gradients across each of the 1 cut(s), all the grader's (element by element)" in checks["p2p_values"]["output"]
+    assert "1f1b (1 node × 2 ranks): 1f1b: micro-batches in flight at most [2, 1] (by stage)" in checks["schedule_order"]["output"]
 
 
 def test_untouched_template_scores_zero_with_one_line_per_check(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -56,3 +94,10 @@ def test_variant_loses_exactly_its_checks(variant: Variant, tmp_path: Path, caps
             for rank, where in enumerate(waits):
                 assert f"rank {rank} waits at p7_pipeline.py:" in output and where in output, output
         assert results["execution_time"] < 40
+
+
+@pytest.mark.parametrize("forgery", FORGERIES, ids=[f.name for f in FORGERIES])
+def test_a_forgery_scores_zero_on_every_check_it_targets_and_says_what_the_grader_saw(forgery: Forgery, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """As p6's forgeries: each scores 0 on the checks it forges, with what the hub carried."""
+    forgery.assert_fails_its_targets("p7", forgery.variant.write(tmp_path / forgery.name, "p7"), tmp_path / "r.json")
+    capsys.readouterr()

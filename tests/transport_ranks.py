@@ -211,10 +211,12 @@ def sends_first(rank: int, world: int) -> dict:
 
 def send_then_recv(rank: int, world: int) -> dict:
     """Rank 0 sends, rank 1 receives and answers: the send's Work completes only once the recv
-    took it (rank 1 receives after a barrier, so not before rank 0 looked)."""
+    took it (rank 1 receives after a barrier, so not before rank 0 looked). Rank 0 receives
+    into a leaf that requires grad, which gloo writes as any tensor (torch.distributed.pipelining
+    receives into its stages' buffers so from their second step on)."""
     dist.init_process_group("gloo")
     out: dict[str, Any] = {}
-    got = torch.zeros(2)
+    got = torch.zeros(2, requires_grad=rank == 0)
     if rank == 0:
         work = dist.isend(torch.tensor([1.0, 2.0]), dst=1)
         out["completed_before_recv"] = work.is_completed()

@@ -20,6 +20,7 @@ _CONSEQUENCE = re.compile(
 _TODO = re.compile(r"^TODO\b")
 DAMAGED = "the records of your process are damaged"
 HUB_SAYS = re.compile(r"collective \d+ of [^\n]*")  # what the grader's hub answers a collective that cannot complete (grader/probe/transport/hub.py), however torch wraps it
+HUB_SAYS_P2P = re.compile(r"rank \d+ received from rank \d+: [^\n]*|(?:send to|recv from) (?:rank \d+|any rank)[^\n]*|(?:send|recv) with rank -?\d+, which [^\n]*")  # … and a send or recv
 
 
 def exception_of(rank: RankResult) -> Raised | None:
@@ -201,6 +202,9 @@ def _explain_lost_contact(run: JobResult, failed: list[RankResult]) -> str:
     said = next(iter(HUB_SAYS.findall(exc.message)), "")[:400]
     finished = [r.rank for r in run.ranks if rank_end(r) is None]
     others = f"; {_ranks(finished)} had already finished normally" if finished else ""
+    sent = next(iter(HUB_SAYS_P2P.findall(exc.message)), "")[:400]
+    if sent and not said:
+        return f"rank {failed[0].rank} lost contact with the other ranks in a send or recv{_where(exc)} ({sent}){others} — every send must meet a recv from its rank, of its size, in the same order"
     lost = f"rank {failed[0].rank} lost contact with the other ranks in a collective{_where(exc)} ({said or (gist.group(0) if gist else exc.type)}){others}"
     return f"{lost} — every rank must run the same collectives in the same order (e.g. backward() on every rank in every step)"
 

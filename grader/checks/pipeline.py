@@ -11,6 +11,7 @@ posted. The expected values are the grader's own single-process training
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -62,16 +63,19 @@ class Message:
 
 
 def messages(report: TrafficReport, dim: int) -> list[Message]:
-    """The delivered sends of one float tensor of shape [rows, dim] (activations and their
-    gradients; any other send is carried and judged for nothing), in the order they were sent."""
+    """The delivered sends of one float tensor of rows × dim elements, whatever its shape
+    ([rows, dim], flattened, [1, rows, dim]: activations and their gradients; any other send,
+    integers, a loss, targets of one column, is carried and judged for nothing), in the order
+    they were sent."""
     found = []
     for carried in report.carried:
         if carried.kind != "send" or carried.error or len(carried.members) != 1:
             continue
         part = carried.members[0]
-        if len(part.inputs) != 1 or len(part.inputs[0].shape) != 2 or part.inputs[0].shape[1] != dim or not part.inputs[0].dtype.startswith("float"):
+        sent = part.inputs[0] if len(part.inputs) == 1 else None
+        if sent is None or not sent.dtype.startswith("float") or not sent.shape or not sent.numel or sent.shape[-1] % dim:
             continue
-        found.append(Message(part.rank, carried.root, part.at, carried.done, part.inputs[0].shape[0], float(part.sums[0]), kept_tensors(carried, part.rank)))
+        found.append(Message(part.rank, carried.root, part.at, carried.done, sent.numel // dim, float(part.sums[0]), kept_tensors(carried, part.rank)))
     return sorted(found, key=lambda m: m.sent)
 
 
@@ -168,53 +172,76 @@ class Event:
     change: int
 
 
-def stage_events(stream: list[Message], stage: int) -> list[Event]:
-    """When micro-batches entered and left `stage`, as the hub saw it: a micro-batch enters
-    when its activation reaches the stage (the first stage: when it sends it on) and leaves
-    when the stage sends its gradient back (the first stage: when that gradient reaches it,
-    before which its backward cannot run). Ties count the leaving first."""
+def stage_events(stream: list[Message], stage: int, stages: int, done: bool = False) -> list[Event]:
+    """When micro-batches entered and left `stage`, as the hub saw it. The hub sees no pass
+    run, only what each needs and what each gives: a forward pass runs after its activation
+    reached the stage and before the stage sent its output on; a backward pass after the
+    gradient reached it and before it sent its input's gradient back. Reached (`done` False):
+    the earliest each forward can have run, the latest each backward (a micro-batch enters
+    when its activation is delivered to the stage, the first stage: when it sends it on, and
+    leaves when the stage sends its gradient back, the first stage: when that gradient is
+    delivered to it). Done (`done` True): the latest each forward can have run, the earliest
+    each backward: enters when the stage sends the activation on, leaves when the gradient is
+    delivered to it; the last stage's forward is not seen apart from its backward, and counts
+    as run just before it. A receive posted ahead of time (an irecv that prefetches) makes a
+    delivery early, never a send. Ties count the leaving first."""
     events = []
     for m in stream:
-        if stage == 0 and (m.source, m.target) == (0, 1):
-            events.append(Event(m.sent, +1))
-        elif stage > 0 and (m.source, m.target) == (stage - 1, stage):
+        forward_out, gradient_in = (m.source, m.target) == (stage, stage + 1), (m.source, m.target) == (stage + 1, stage)
+        if done and stage == stages - 1 and (m.source, m.target) == (stage, stage - 1):
+            events += [Event(m.sent, +1), Event(math.nextafter(m.sent, math.inf), -1)]
+        elif done or stage == 0:
+            events += [Event(m.sent, +1)] if forward_out else [Event(m.received, -1)] if gradient_in else []
+        elif (m.source, m.target) == (stage - 1, stage):
             events.append(Event(m.received, +1))
-        if stage == 0 and (m.source, m.target) == (1, 0):
-            events.append(Event(m.received, -1))
-        elif stage > 0 and (m.source, m.target) == (stage, stage - 1):
+        elif (m.source, m.target) == (stage, stage - 1):
             events.append(Event(m.sent, -1))
     return sorted(events, key=lambda e: (e.at, e.change))
 
 
-def order_problem(events: list[Event], schedule: str, stage: int, stages: int, micro_batches: int) -> str | None:
-    """Why a stage's micro-batches did not enter and leave as `schedule` has them, or None.
-    GPipe: once a micro-batch left, none enters until every one of the step has left (all
-    forward passes of a step before its first backward). 1F1B: at most S − stage in flight,
-    and as many (its warm-up fills the pipeline) before the first leaves in every step."""
+def order_problem(reached: list[Event], done: list[Event], schedule: str, stage: int, stages: int, micro_batches: int) -> str | None:
+    """Why a stage's micro-batches did not enter and leave as `schedule` has them, or None;
+    `reached` and `done` are stage_events' two readings of the hub's times, each taken where
+    it gives the schedule the benefit of the doubt. GPipe: once a micro-batch left, none enters
+    until every one of the step has left (all forward passes of a step before its first
+    backward; read from `reached`). 1F1B: as many as S − stage in flight (its warm-up fills the
+    pipeline) before the first leaves in every step (`reached`), and never more (`done`)."""
     limit = min(stages - stage, micro_batches)
     held, peak, leaving = 0, 0, False
-    for event in events:
+    for event in reached:
         held += event.change
         if held < 0:
             return f"stage {stage} sent back a gradient of a micro-batch whose activation had not reached it"
         if event.change > 0 and leaving and schedule == "gpipe":
             return f"stage {stage} started a forward pass after a backward pass of the same step (with {held - 1} micro-batch(es) still in flight): GPipe runs all forward passes of a step before the first backward"
-        if event.change > 0 and held > limit and schedule == "1f1b":
-            return f"stage {stage} had {held} micro-batches in flight, at most {limit} in 1F1B (S − stage = {stages} − {stage}): a forward pass came before the backward pass that should precede it"
         if event.change < 0 and not leaving and schedule == "1f1b" and peak < limit:
             return f"stage {stage} started a backward pass with {peak} micro-batch(es) in flight: 1F1B's warm-up runs {limit - 1} forward pass(es) before the steady state's first forward and backward"
         peak = max(peak, held)
         leaving = leaving or event.change < 0
         if held == 0:  # the step's micro-batches have all left
             peak, leaving = 0, False
-    return f"stage {stage} still held {held} micro-batch(es) at the end: their gradients never went back" if held else None
+    if held:
+        return f"stage {stage} still held {held} micro-batch(es) at the end: their gradients never went back"
+    if schedule == "1f1b" and in_flight(done) > limit:
+        return f"stage {stage} had {in_flight(done)} micro-batches in flight, at most {limit} in 1F1B (S − stage = {stages} − {stage}): a forward pass came before the backward pass that should precede it"
+    return None
+
+
+def in_flight(events: list[Event]) -> int:
+    """The most micro-batches a stage held at once."""
+    held, peak = 0, 0
+    for event in events:
+        held += event.change
+        peak = max(peak, held)
+    return peak
 
 
 def schedule_order(ctx: CheckContext) -> Verdict:
     """The order of each stage's sends is the schedule the run asked for (`--schedule`), as the
     grader's hub timed them: in GPipe no micro-batch leaves a stage before all of the step have
     entered it; in 1F1B a stage never holds more than S − stage micro-batches, and fills up to
-    that before its first backward. A GPipe order labelled 1F1B fails."""
+    that before its first backward. A GPipe order labelled 1F1B fails; a stage that posts its
+    receives ahead of time (irecv) is judged by what it sent, which it cannot have sent early."""
 
     def judge(run: JobResult) -> tuple[bool, str]:
         reference: PipelineReference = ctx.references[run.spec.name]
@@ -228,17 +255,13 @@ def schedule_order(ctx: CheckContext) -> Verdict:
         stream = messages(report, reference.dim)
         peaks = []
         for stage in range(reference.stages):
-            events = stage_events(stream, stage)
-            if not events:
+            reached, done = stage_events(stream, stage, reference.stages), stage_events(stream, stage, reference.stages, done=True)
+            if not reached:
                 return False, f"no activation reached or left stage {stage}: the stages never passed micro-batches"
-            problem = order_problem(events, schedule, stage, reference.stages, reference.micro_batches)
+            problem = order_problem(reached, done, schedule, stage, reference.stages, reference.micro_batches)
             if problem:
                 return False, f"{schedule}: {problem}"
-            held, peak = 0, 0
-            for event in events:
-                held += event.change
-                peak = max(peak, held)
-            peaks.append(peak)
+            peaks.append(in_flight(reached if schedule == "gpipe" else done))
         return True, f"{schedule}: micro-batches in flight at most {peaks} (by stage), as the grader's hub saw the sends"
 
     return per_run(ctx, judge, "each stage's sends follow the schedule asked for")

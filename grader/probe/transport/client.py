@@ -65,11 +65,14 @@ def _bytes(tensor: torch.Tensor) -> memoryview:
 
 
 def _fill(targets: Sequence[torch.Tensor], metas: Sequence[TensorMeta], payload: bytearray) -> None:
-    """Copy the tensors of an answer's payload into `targets`, in order."""
+    """Copy the tensors of an answer's payload into `targets`, in order, as gloo writes them: into
+    their memory, unseen by autograd (a leaf that requires grad may receive, as
+    torch.distributed.pipelining's stages do from their second step on)."""
     at = 0
     with torch._C.DisableTorchFunction():
-        for target, meta in zip(targets, metas):
+        for given, meta in zip(targets, metas):
             if meta.nbytes:
+                target = given.data
                 dtype = DTYPES[meta.dtype]
                 source = torch.frombuffer(payload, dtype=torch.uint8 if dtype == torch.bool else dtype, count=meta.numel, offset=at)
                 target.copy_(source.view(torch.bool) if dtype == torch.bool else source, non_blocking=False) if target.shape == source.shape else target.copy_(source.reshape(target.shape))
