@@ -42,17 +42,16 @@ def checks_by_id(results: dict) -> dict[str, dict]:
     return {t["tags"][0]: t for t in results["tests"] if t.get("tags")}
 
 
-def grade_in_process(practical: str, folder: Path, results: Path, *extra: str, timed: bool = False, views: bool = False, course: Path | None = None) -> dict:
+def grade_in_process(practical: str, folder: Path, results: Path, *extra: str, timed: bool = False, views: bool = False) -> dict:
     """`python -m grader grade` in this process (saves a Python start and a torch import);
     it must exit 0 and write valid Gradescope results. Speed checks are left out (deferred)
     unless `timed`: a buggy variant's verdicts must not depend on the machine's load. The
-    views of the runs (about 0.6 s a run) only when asked: tests of the views grade with the CLI.
-    `course`: another course root (a copy_course whose spec a test changed)."""
+    views of the runs (about 0.6 s a run) only when asked: tests of the views grade with the CLI."""
     import jsonschema
 
     from grader.cli import main
 
-    assert main([*(("--course-root", str(course)) if course else ()), "grade", practical, str(folder), "--results", str(results), *extra, *(() if timed else ("--no-timing",)), *(() if views else ("--no-views",))]) == 0
+    assert main(["grade", practical, str(folder), "--results", str(results), *extra, *(() if timed else ("--no-timing",)), *(() if views else ("--no-views",))]) == 0
     document = load_results(results)
     jsonschema.validate(document, SCHEMA)
     return document
