@@ -1,11 +1,11 @@
 """p7's checks on made-up traffic: which sends are activations and gradients, how a stage's
-order is read from the hub's times (a receive posted ahead of time included), and how the sends
-of a cut are matched with the grader's micro-batches."""
+order is read from the hub's times (a receive posted ahead of time included), how the sends
+of a cut are matched with the grader's micro-batches, and how the bubble is measured."""
 from __future__ import annotations
 
 import pytest
 
-from grader.checks.pipeline import Crossing, Event, Message, _fraction, _stream_problem, in_flight, messages, order_problem, stage_events
+from grader.checks.pipeline import BubbleSides, Crossing, Event, Message, _fraction, _stream_problem, in_flight, messages, order_problem, stage_events, step_windows, theoretical_bubble
 from grader.probe.transport.traffic import Carried, Part, TrafficReport
 from grader.probe.transport.wire import TensorMeta
 
@@ -94,3 +94,113 @@ def test_sends_match_the_micro_batches_of_each_step_in_any_order_and_a_missing_o
 @pytest.mark.parametrize(("given", "value"), [(0.2, 0.2), ("0.2", 0.2), ("1/5", 0.2), (" 3 / 11 ", 3 / 11), ("1/0", None), ("a/5", None), (None, None), (True, None)])
 def test_answers_as_decimals_or_fractions(given: object, value: float | None) -> None:
     assert _fraction(given) == value
+
+
+def passes(schedule: str, stages: int, micro_batches: int, stage: int) -> list[tuple[str, int]]:
+    """A stage's passes in the order its schedule runs them: ("F", i) and ("B", i)."""
+    if schedule == "gpipe":
+        return [("F", i) for i in range(micro_batches)] + [("B", i) for i in range(micro_batches)]
+    warmup = min(stages - stage - 1, micro_batches)
+    order = [("F", i) for i in range(warmup)]
+    for i in range(micro_batches - warmup):
+        order += [("F", warmup + i), ("B", i)]
+    return order + [("B", i) for i in range(micro_batches - warmup, micro_batches)]
+
+
+def hub_record(schedule: str, stages: int, micro_batches: int, steps: int, pause: dict[tuple[int, str, int], float] | None = None) -> list[Message]:
+    """The sends the hub would record of a pipeline whose passes take one tick each and whose
+    sends are free: each stage runs its passes in order, a blocking recv before each pass that
+    needs a tensor (delivered when both the send and the recv are there), then sends what the
+    pass made. `pause`: (stage, "F" or "B", micro-batch) -> ticks the stage waits before that pass."""
+    clock, record = [0.0] * stages, []
+    for _ in range(steps):
+        queues = [passes(schedule, stages, micro_batches, s) for s in range(stages)]
+        sent: dict[tuple[str, int, int], float] = {}  # (kind, from, micro-batch) -> when
+        while any(queues):
+            for s, queue in enumerate(queues):
+                while queue:
+                    kind, i = queue[0]
+                    source = s - 1 if kind == "F" else s + 1
+                    if 0 <= source < stages:
+                        if (kind, source, i) not in sent:
+                            break
+                        clock[s] = max(clock[s], sent[kind, source, i])
+                        record.append(Message(source, s, sent[kind, source, i], clock[s], 1, 0.0))
+                    clock[s] += (pause or {}).get((s, kind, i), 0.0) + 1.0
+                    if 0 <= (s + 1 if kind == "F" else s - 1) < stages:
+                        sent[kind, s, i] = clock[s]
+                    queue.pop(0)
+    return sorted(record, key=lambda m: m.sent)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("stages", "micro_batches"), [(2, 4), (2, 8), (3, 6), (4, 8)])
+def test_an_ideal_pipeline_has_the_theorys_bubble(schedule: str, stages: int, micro_batches: int) -> None:
+    windows = step_windows(hub_record(schedule, stages, micro_batches, 3), stages, micro_batches)
+    assert not isinstance(windows, str)
+    assert len(windows) == 2  # the last step has no next step to end its window
+    for window in windows:
+        assert window.span == 2 * (micro_batches + stages - 1)
+        assert [t.stage for t in window.stages] == list(range(1, stages))
+        assert all(t.busy == 2 * micro_batches and t.idle == 2 * (stages - 1) for t in window.stages)
+        assert window.bubble == pytest.approx(theoretical_bubble(stages, micro_batches))
+    assert theoretical_bubble(2, 4) == 0.2
+
+
+def test_gpipe_of_two_stages_and_four_micro_batches_idles_a_fifth() -> None:
+    (first, second) = step_windows(hub_record("gpipe", 2, 4, 3), 2, 4)  # type: ignore[misc]
+    assert (first.start, first.end, first.bubble) == (1.0, 11.0, 0.2)
+    assert (second.start, second.end, second.bubble) == (11.0, 21.0, 0.2)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "pause", "bubble"),
+    [
+        # the first stage waits 2 ticks before each backward pass: the second starves (GPipe: the step is 8 ticks
+        # longer, the second stage's 8 of work the same; 1F1B: 7, the first stage no longer waits for its last gradient)
+        ("gpipe", {(0, "B", i): 2.0 for i in range(4)}, 10 / 18),
+        ("1f1b", {(0, "B", i): 2.0 for i in range(4)}, 9 / 17),
+        # the first stage waits 2 ticks before its third forward pass (1F1B: the second stage has nothing to do then)
+        ("1f1b", {(0, "F", 2): 2.0}, 4 / 12),
+        # a wait while the last stage holds micro-batches whose backward GPipe puts later counts as busy:
+        # the measure errs towards busy (the span grows by 2 ticks, the idle time not)
+        ("gpipe", {(0, "F", 2): 2.0}, 2 / 12),
+    ],
+)
+def test_a_stage_that_waits_shows_in_the_bubble_where_the_next_one_holds_nothing(schedule: str, pause: dict, bubble: float) -> None:
+    windows = step_windows(hub_record(schedule, 2, 4, 3, pause), 2, 4)
+    assert not isinstance(windows, str)
+    assert [w.bubble for w in windows] == pytest.approx([bubble] * 2)
+
+
+def test_a_window_needs_a_whole_step_and_the_next_ones_first_activation() -> None:
+    record = hub_record("1f1b", 2, 4, 3)
+    assert step_windows(record, 1, 4) == "one stage sends nothing: a bubble needs two stages or more"
+    assert step_windows([m for m in record if m.sent < 9], 2, 4) == "stage 0 sent stage 1 4 activation(s): a step's window needs the 4 of a step and the first of the next"
+    assert step_windows([m for m in record if m.source == 0], 2, 4) == "stage 1 sent nothing on: no micro-batch's work can be seen to end there"
+
+
+def test_the_bubble_is_left_to_a_machine_with_a_core_per_stage_and_one_for_the_hub() -> None:
+    from grader.course import load_course, load_practical
+    from grader.grade.options import GradeOptions
+    from grader.grade.plan import deferred_checks, plan_runs
+    from helpers import ROOT
+
+    practical = load_practical(load_course(ROOT), "p7")
+    options = GradeOptions(solutions=ROOT / "solutions")
+    checks = practical.assignment.checks
+    assert deferred_checks(practical, checks, 0, options, cpus=2) == {
+        "bubble": "needs ≥ 3 CPU cores, one per rank and one for the grader's hub, so that they work at once (this machine has 2); its points are left to a grading on a larger machine"
+    }
+    graded = tuple(c for c in checks if c.id != "bubble")
+    assert "bubble" not in [r.name for r in plan_runs(practical.assignment, graded, options, 0)]  # its run is not launched
+    assert deferred_checks(practical, checks, 0, options, cpus=3) == {}
+
+
+def test_the_least_disturbed_launch_passes_within_the_tolerance_of_the_theory_or_of_the_reference_under_load() -> None:
+    quiet = BubbleSides([0.45, 0.29], [0.21, 0.26], 0.2, 0.1)
+    assert quiet.limit == pytest.approx(0.31) and quiet.passed and not quiet.busy
+    assert not BubbleSides([0.32, 0.4], [0.2], 0.2, 0.1).passed
+    loaded = BubbleSides([0.37], [0.28, 0.4], 0.2, 0.1)  # the reference's stages idle more than the theory says: a load on both sides
+    assert loaded.limit == pytest.approx(0.38) and loaded.passed and not loaded.busy
+    assert BubbleSides([0.2], [0.31, 0.45], 0.2, 0.1).busy  # the reference itself fails: deferred, the machine is too busy

@@ -122,6 +122,7 @@ class CheckDef:
     description: str
     options: Mapping[str, OptionDef] = field(default_factory=dict)
     real_gpus: int = 0  # real CUDA devices it needs; deferred (with its runs) on machines with fewer
+    core_per_rank: bool = False  # its runs' ranks must work at once: a CPU core each and one for the grader's hub, or it is deferred (with its runs)
     timed: bool = False  # a speed check: its runs are launched k times (the spec's timing.repeats)
     against_reference: bool = True  # a timed check's launches alternate with the reference solution's
     # a timed check's "would these launches fail me?" (timed runs, warm-up steps, options): while

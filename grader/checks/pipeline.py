@@ -12,9 +12,10 @@ posted. The expected values are the grader's own single-process training
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from grader.checks import failures
 from grader.checks.answers import answer_number
@@ -23,6 +24,9 @@ from grader.checks.runs import per_run
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult
 from grader.traffic.report import kept_tensors
+
+if TYPE_CHECKING:
+    from grader.speed.measure import TimedRuns
 
 
 @dataclass(frozen=True)
@@ -267,6 +271,115 @@ def schedule_order(ctx: CheckContext) -> Verdict:
     return per_run(ctx, judge, "each stage's sends follow the schedule asked for")
 
 
+@dataclass(frozen=True)
+class StageTime:
+    """One stage in one step's window, by the hub's clock: the time it held a micro-batch's
+    work (`busy`) and the rest of the window (`idle`), in seconds."""
+
+    stage: int
+    busy: float
+    idle: float
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """One step of a run as the hub saw it: its window, from the first activation the first
+    stage sent in the step to the first it sent in the next (a whole period of the schedule,
+    the optimizer step included), and the stages after the first in it."""
+
+    step: int
+    start: float
+    end: float
+    stages: tuple[StageTime, ...]
+
+    @property
+    def span(self) -> float:
+        return self.end - self.start
+
+    @property
+    def bubble(self) -> float:
+        """The stages' idle share of the window, averaged over the stages measured."""
+        return sum(s.idle for s in self.stages) / (len(self.stages) * self.span) if self.stages and self.span > 0 else 0.0
+
+
+def _holding(stream: list[Message], stage: int, stages: int) -> list[tuple[float, int]]:
+    """When `stage` (not the first) took on and finished a micro-batch's work, as the hub saw
+    it: +1 when an activation (and, but on the last stage, a gradient) was delivered to it, −1
+    when it sent what that work makes (the next stage's activation; a gradient back, which on
+    the last stage ends its forward and backward pass). Ties count the finishing first."""
+    changes = []
+    for m in stream:
+        if m.target == stage and m.source in (stage - 1, stage + 1):
+            changes.append((m.received, +1))
+        elif m.source == stage and (m.target == stage - 1 or (m.target == stage + 1 and stage < stages - 1)):
+            changes.append((m.sent, -1))
+    return sorted(changes)
+
+
+def _held_within(changes: list[tuple[float, int]], start: float, end: float) -> float:
+    """How long within [start, end) the count of work taken on and not finished was above zero."""
+    held, since, total = 0, 0.0, 0.0
+    for at, change in changes:
+        if held > 0:
+            total += max(0.0, min(at, end) - max(since, start))
+        held, since = held + change, at
+    if held > 0:
+        total += max(0.0, end - max(since, start))
+    return total
+
+
+def step_windows(stream: list[Message], stages: int, micro_batches: int) -> tuple[StepWindow, ...] | str:
+    """Each stage's busy and idle time in each step, as the grader's hub saw the sends of one
+    run (`messages`), and so the bubble of its schedule; or why the sends show no pipeline.
+
+    What the hub sees of a stage: when each send it made arrived (the stage issued it, right
+    after the pass that made the tensor) and when each tensor sent to it was delivered (its
+    recv took it: the pass that needs it can start). A stage after the first therefore holds
+    work from the delivery of an activation until it sends the next stage that micro-batch's
+    activation (on the last stage: until it sends the gradient back, its forward and backward
+    passes done), and from the delivery of a gradient until it sends its own gradient back.
+    Counting deliveries up and the sends they lead to down, the stage is busy while the count
+    is above zero and idle while it is zero: it then has no micro-batch to work on, whatever
+    its code does. Counts, not matched micro-batches: any order within a step is measured
+    alike.
+
+    The measure can only err towards busy: a stage that holds work but waits (a recv posted
+    late, a sleep, a pass that waits for another stage) counts as busy, and so does the time
+    a tensor takes from the hub to the stage. An idle stretch it counts was idle. The first
+    stage is not measured: its forward passes start from its own data, its backward passes
+    end with no send, so neither shows at the hub.
+
+    A step's window runs from the first stage's first activation sent in the step to its
+    first in the next step, so the last step has none. With S equal stages, M micro-batches,
+    forward f and backward b per micro-batch and free sends, both GPipe and 1F1B take
+    (M + S − 1)(f + b) a step of which each stage works M(f + b): the bubble is
+    (S − 1) / (M + S − 1) (the optimizer's step and everything else a stage does outside its
+    micro-batches' passes count as idle here)."""
+    if stages < 2:
+        return "one stage sends nothing: a bubble needs two stages or more"
+    firsts = sorted(m.sent for m in stream if (m.source, m.target) == (0, 1))
+    if len(firsts) < 2 * micro_batches:
+        return f"stage 0 sent stage 1 {len(firsts)} activation(s): a step's window needs the {micro_batches} of a step and the first of the next"
+    starts = firsts[::micro_batches]
+    changes = {stage: _holding(stream, stage, stages) for stage in range(1, stages)}
+    for stage, found in changes.items():
+        if not any(change < 0 for _, change in found):
+            return f"stage {stage} sent nothing on: no micro-batch's work can be seen to end there"
+    windows = []
+    for step, (start, end) in enumerate(zip(starts, starts[1:])):
+        times = []
+        for stage in range(1, stages):
+            busy = _held_within(changes[stage], start, end)
+            times.append(StageTime(stage, busy, end - start - busy))
+        windows.append(StepWindow(step, start, end, tuple(times)))
+    return tuple(windows)
+
+
+def theoretical_bubble(stages: int, micro_batches: int) -> float:
+    """(S − 1) / (M + S − 1): GPipe's and 1F1B's, equal stages and free sends."""
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
 def _fraction(value: Any) -> float | None:
     """A number as a person writes it: 0.2, "0.2" or "1/5"."""
     if isinstance(value, str) and value.count("/") == 1:
@@ -297,6 +410,137 @@ def pipeline_answers(ctx: CheckContext) -> Verdict:
     return Verdict(True, f"all {len(ctx.answer_key)} right")
 
 
+NOT_TIMED = "this grading did not time it (the bubble is measured by the autograder, from the spec's timed run)"
+
+
+def _setting(launch: JobResult, name: str) -> int | None:
+    """The whole number the grader passed the launch as `--name=value`, or None."""
+    value = next((arg.split("=", 1)[1] for arg in launch.spec.argv if arg.startswith(f"--{name}=")), None)
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+
+def launch_bubble(launch: JobResult, options: Mapping[str, Any], warmup: int) -> float | str:
+    """One launch's bubble: the median over its steps' windows (`step_windows`) after the
+    first `warmup`; or why it cannot be measured."""
+    if launch.skipped:
+        return f"a launch was not run: {launch.skipped}"
+    report = _traffic(launch)
+    if isinstance(report, str):
+        return report
+    cause = failures.explain(launch)
+    if cause:
+        return cause
+    micro_batches, dim = _setting(launch, options["micro_batches_argument"]), _setting(launch, options["dim_argument"])
+    if micro_batches is None or dim is None:
+        return f"the run gives no --{options['micro_batches_argument']} and --{options['dim_argument']} (the spec's timed run must)"
+    windows = step_windows(messages(report, dim), launch.spec.layout.world_size, micro_batches)
+    if isinstance(windows, str):
+        return windows
+    if len(windows) <= warmup:
+        return f"{len(windows)} step window(s), none after the first {warmup} steps, which are not timed"
+    return statistics.median(w.bubble for w in windows[warmup:])
+
+
+def side_bubble(launches: tuple[JobResult, ...], options: Mapping[str, Any], warmup: int) -> list[float] | str:
+    """Each launch's bubble (`launch_bubble`), or why one could not be measured."""
+    found = []
+    for launch in launches:
+        measured = launch_bubble(launch, options, warmup)
+        if isinstance(measured, str):
+            return measured
+        found.append(measured)
+    return found or "it was not launched"
+
+
+def _percent(values: list[float]) -> str:
+    return ", ".join(f"{v:.1%}" for v in values)
+
+
+@dataclass(frozen=True)
+class BubbleSides:
+    """A timed run's bubbles, each launch's (`launch_bubble`): the submission's and the
+    reference solution's, made alternately under the same load; the theory's for its S and M."""
+
+    own: list[float]
+    reference: list[float]
+    theory: float
+    tolerance: float
+
+    @property
+    def busy(self) -> bool:
+        """The machine is too busy to measure a bubble: the reference's least disturbed launch is above what passes."""
+        return min(self.reference) > self.theory + self.tolerance
+
+    @property
+    def limit(self) -> float:
+        """The most that passes: the theory's (or, where larger, the reference's least
+        disturbed launch's: a load that slows both sides alike) + `tolerance`."""
+        return max(self.theory, min(self.reference)) + self.tolerance
+
+    @property
+    def passed(self) -> bool:
+        return min(self.own) <= self.limit
+
+
+def _theory(launch: JobResult, options: Mapping[str, Any]) -> float:
+    """The theory's bubble for the launch's stages and micro-batches."""
+    return theoretical_bubble(launch.spec.layout.world_size, _setting(launch, options["micro_batches_argument"]) or 1)
+
+
+def bubble(ctx: CheckContext) -> Verdict:
+    """The pipeline's bubble as the grader's hub saw a timed run: each launch's stages after
+    the first idle while they hold no micro-batch's work (`step_windows`), the median of its
+    steps; the least of the launches (the least disturbed) is at most
+    (S − 1) / (M + S − 1) + `tolerance`. The measure errs only towards busy: a bubble above
+    it is idle time the stages had, a stage starving while another does what is no
+    micro-batch's pass (an optimizer step or a synchronisation per micro-batch, work in the
+    wrong place). The reference solution's launches, made alternately under the same load,
+    must pass it themselves, or the machine is too busy to measure it and the check defers;
+    where the reference's bubble is above the theory's, the submission's may be as far above
+    the reference's."""
+    lines, data = [], {}
+    for run in ctx.runs:
+        timed = ctx.timings.get(run.spec.name)
+        if timed is None:
+            return Verdict(False, "", deferred=NOT_TIMED)
+        if run.spec.carrier is None:
+            return Verdict(False, "", deferred="the grader's hub did not carry this run (ranks on real GPUs): only its clock measures the bubble")
+        own = side_bubble(timed.own, ctx.options, ctx.warmup_steps)
+        if isinstance(own, str):
+            return Verdict(False, f"{run.spec.name}: your pipeline's bubble could not be measured: {own}")
+        reference = side_bubble(timed.reference, ctx.options, ctx.warmup_steps)
+        if isinstance(reference, str):
+            return Verdict(False, "", deferred=f"the reference solution's bubble could not be measured here ({reference})")
+        sides = BubbleSides(own, reference, _theory(timed.own[0], ctx.options), float(ctx.options["tolerance"]))
+        shape = f"{run.spec.name} ({run.spec.layout.world_size} stages, {_setting(timed.own[0], ctx.options['micro_batches_argument'])} micro-batches)"
+        if sides.busy:
+            return Verdict(False, "", deferred=(
+                f"this machine is too busy to measure a bubble: in {shape}, the reference solution's stages were idle {_percent(sides.reference)} "
+                f"of a step in its {len(sides.reference)} launch(es), where at most {sides.theory + sides.tolerance:.1%} passes (theory {sides.theory:.1%})"
+            ))
+        lines.append(
+            f"{shape}: your stages after the first were idle {min(sides.own):.1%} of a step in your least disturbed launch (of {_percent(sides.own)}); "
+            f"theory (S − 1)/(M + S − 1) = {sides.theory:.1%}, the reference solution's {min(sides.reference):.1%} here"
+            + ("" if sides.passed else f"; at most {sides.limit:.1%} passes")
+        )
+        data[run.spec.name] = {
+            "bubble": round(min(sides.own), 4), "launches": [round(b, 4) for b in sides.own], "reference": [round(b, 4) for b in sides.reference],
+            "theory": round(sides.theory, 4), "limit": round(sides.limit, 4),
+        }
+        if not sides.passed:
+            return Verdict(False, lines[-1], tuple(lines), data={"bubble": data})
+    return Verdict(True, "; ".join(lines), tuple(lines), data={"bubble": data})
+
+
+def bubble_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any]) -> bool:
+    """Whether `bubble` would fail these launches though both sides were measured: more rounds
+    of launches (both sides) may still pass it, or show the machine too busy."""
+    own, reference = side_bubble(timed.own, options, warmup), side_bubble(timed.reference, options, warmup)
+    if isinstance(own, str) or isinstance(reference, str):
+        return False
+    return not BubbleSides(own, reference, _theory(timed.own[0], options), float(options["tolerance"])).passed
+
+
 TOLERANCES = {
     "rtol": OptionDef(float, 1e-4, minimum=0.0, help="tolerance of a send's sum, relative to the sum of its absolute values"),
     "atol": OptionDef(float, 1e-6, minimum=0.0, help="absolute tolerance of a send's sum"),
@@ -308,6 +552,15 @@ CHECKS = MappingProxyType(
         for check in (
             CheckDef("p2p_values", p2p_values, p2p_values.__doc__ or "", TOLERANCES),
             CheckDef("schedule_order", schedule_order, schedule_order.__doc__ or "", {"schedule_argument": OptionDef(str, "schedule")}),
+            CheckDef(
+                "bubble", bubble, bubble.__doc__ or "",
+                {
+                    "tolerance": OptionDef(float, 0.1, minimum=0.0, maximum=1.0, help="how far above (S − 1)/(M + S − 1) the measured bubble may be"),
+                    "micro_batches_argument": OptionDef(str, "micro_batches"),
+                    "dim_argument": OptionDef(str, "dim"),
+                },
+                timed=True, doubtful=bubble_doubtful, core_per_rank=True,
+            ),
             CheckDef("pipeline_answers", pipeline_answers, pipeline_answers.__doc__ or "", {"tolerance": OptionDef(float, 0.005, minimum=0.0)}),
         )
     }

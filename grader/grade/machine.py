@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+from pathlib import Path
 
 
 def machine_key(gpus: int = 0, gpu_name: str = "") -> str:
@@ -15,3 +16,16 @@ def machine_key(gpus: int = 0, gpu_name: str = "") -> str:
         pass
     devices = f"{gpus} × {gpu_name}" if gpus else "no GPU"
     return f"{model} ×{os.cpu_count()}; {devices}"
+
+
+def usable_cpus() -> int:
+    """The CPU cores this process may run on at once: those it may be scheduled on, fewer where
+    its cgroup's quota (cpu.max, as `docker --cpus` sets it) allows less time than that."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return cores
+    if quota == "max" or not quota.isdigit() or not period.isdigit() or not int(period):
+        return cores
+    return max(1, min(cores, int(quota) // int(period)))

@@ -112,8 +112,9 @@ def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None =
     either. The timed inputs differ from the checked runs', and a script could do less when it
     sees them. (Beyond the data the hub keeps, a step is timed by its all-reduces' sizes alone;
     so is every step of the reference solution's launches, the grader's own code, of which the
-    hub keeps nothing: grader/grade/plan.py carrier_plan.)"""
-    if launch.spec.carrier is None or launch.traffic is None:
+    hub keeps nothing: grader/grade/plan.py carrier_plan.) A launch whose reference is no
+    data-parallel training (p7's pipeline) is left as it is: its check reads its traffic."""
+    if launch.spec.carrier is None or launch.traffic is None or not isinstance(reference, DataParallelReference):
         return launch
     if not isinstance(launch.traffic, TrafficReport):
         return replace(launch, step_ends=f"no report: {launch.traffic}")
