@@ -15,9 +15,9 @@ alone (`crowding`), so a run of more ranks than cores is given its share more. (
 2-core machine under load, a p6 with `torch.compile`: ws2 5.5 s, ws4 15.5 s.)"""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
+from grader.grade.machine import usable_cpus
 from grader.grade.options import PACE_FACTOR, TIMED_PACE_FACTOR, pace_limit_s
 from grader.spec import RunDef
 
@@ -34,7 +34,7 @@ class Paces:
     reference_s: dict[tuple[str, int | None], float] = field(default_factory=dict)  # (run, steps asked) -> the reference's wall time
     own_s: list[tuple[float, int]] = field(default_factory=list)  # the submission's runs that ended by themselves: (wall time, ranks)
     launched: int = 0  # the submission's paced launches so far
-    cores: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))  # the CPU cores the grading may use
+    cores: int = field(default_factory=usable_cpus)  # the CPU cores the grading may use
 
     def holds(self, run: RunDef) -> bool:
         """Whether the submission's launches of `run` are held to a pace (a run of another
