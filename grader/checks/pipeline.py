@@ -209,7 +209,11 @@ def order_problem(reached: list[Event], done: list[Event], schedule: str, stage:
     it gives the schedule the benefit of the doubt. GPipe: once a micro-batch left, none enters
     until every one of the step has left (all forward passes of a step before its first
     backward; read from `reached`). 1F1B: as many as S − stage in flight (its warm-up fills the
-    pipeline) before the first leaves in every step (`reached`), and never more (`done`)."""
+    pipeline) before the first leaves in every step (`reached`), and never more (`done`). The
+    first stage's warm-up is not judged: its backward passes send nothing, so when one ran is
+    not seen; a gradient delivered to it early may be one it received ahead of time with irecv
+    while it sent the next activation on, as 1F1B has it (a first stage that waits for each
+    gradient before its next forward pass idles longer: the `bubble` check's to find)."""
     limit = min(stages - stage, micro_batches)
     held, peak, leaving = 0, 0, False
     for event in reached:
@@ -218,7 +222,7 @@ def order_problem(reached: list[Event], done: list[Event], schedule: str, stage:
             return f"stage {stage} sent back a gradient of a micro-batch whose activation had not reached it"
         if event.change > 0 and leaving and schedule == "gpipe":
             return f"stage {stage} started a forward pass after a backward pass of the same step (with {held - 1} micro-batch(es) still in flight): GPipe runs all forward passes of a step before the first backward"
-        if event.change < 0 and not leaving and schedule == "1f1b" and peak < limit:
+        if event.change < 0 and not leaving and schedule == "1f1b" and peak < limit and stage > 0:
             return f"stage {stage} started a backward pass with {peak} micro-batch(es) in flight: 1F1B's warm-up runs {limit - 1} forward pass(es) before the steady state's first forward and backward"
         peak = max(peak, held)
         leaving = leaving or event.change < 0
