@@ -44,7 +44,7 @@ from grader.run.job import JobResult, JobRunner
 from grader.run.tree import remove_tree
 from grader.spec import CheckSpec, RunDef, load_answer_key
 from grader.speed.measure import TimedRuns, adopted_options
-from grader.speed.schedule import Schedule, TimedLaunches, checked_timings, clocked_steps, doubts, reference_launched, run_timed, stretched_steps, timed_runs
+from grader.speed.schedule import HubTiming, Schedule, TimedLaunches, clocked_steps, doubts, reference_launched, run_timed, stretched_steps, timed_runs
 
 
 def environment(seed: int | None) -> dict:
@@ -244,11 +244,12 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         references = practical.module.references(args, checked)  # the expected values; speed-only runs need none
         gpus = env["cuda_gpus"]
         job_for = JobMaker(practical, options, args, folder, prepared, limits.run_s, timed, runs_of(practical, assignment.checks, lambda definition: definition.timed), gpus)
-        schedule = Schedule(timed, reference_launched(practical, graded, runs), assignment.timing.repeats, doubts(practical, graded, assignment.timing.warmup_steps), clocked_steps(assignment, args, timed, gpus), stretched_steps(assignment, args, timed, gpus))
+        hub_timing = HubTiming(practical, args, tuple(r for r in timed if carried(r, gpus)))
+        schedule = Schedule(timed, reference_launched(practical, graded, runs), assignment.timing.repeats, doubts(practical, graded, assignment.timing.warmup_steps, hub_timing), clocked_steps(assignment, args, timed, gpus), stretched_steps(assignment, args, timed, gpus))
         paces = Paces(options.run_timeout_s is None and reference_at_hand(practical, options), gpus)
         launcher = _Launcher(runner, job_for, started + limits.total_s, limits.total_s, prepared.problem, options.progress, TimedLaunches(schedule, limits.total_s), paces)
         results, timings = _run_all(runs, launcher, partial(adopted_options, references=references))
-        timings = checked_timings(practical, args, tuple(r for r in timed if carried(r, gpus)), timings)
+        timings = {name: hub_timing(name, launches) for name, launches in timings.items()}
     except Exception as exc:  # noqa: BLE001 - the grader's own failure becomes an autograder error
         return Execution(started, env, error=f"{type(exc).__name__}: {exc}")
     finally:

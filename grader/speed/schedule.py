@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Mapping
 
 from grader.checks import failures
@@ -109,15 +110,16 @@ def reference_launched(practical: Practical, checks: tuple[CheckSpec, ...], runs
     return frozenset(run.name for run in runs if run.name in wanted and not run.solution)
 
 
-def doubts(practical: Practical, checks: tuple[CheckSpec, ...], warmup: int) -> Callable[[str, TimedRuns], bool]:
-    """Whether a speed check among `checks` would fail the named timed run on its launches so far."""
+def doubts(practical: Practical, checks: tuple[CheckSpec, ...], warmup: int, timing: Callable[[str, TimedRuns], TimedRuns] = lambda name, timed: timed) -> Callable[[str, TimedRuns], bool]:
+    """Whether a speed check among `checks` would fail the named timed run on its launches so
+    far, each timed as the check will time it (`timing`: HubTiming where the hub carried them)."""
 
     def doubtful(name: str, timed: TimedRuns) -> bool:
-        for check in checks:
-            definition = practical.module.CHECKS[check.check]
-            if name in check.runs and definition.doubtful is not None and definition.doubtful(timed, warmup, check.options):
-                return True
-        return False
+        wanted = [check for check in checks if name in check.runs and practical.module.CHECKS[check.check].doubtful is not None]
+        if not wanted:
+            return False
+        checked = timing(name, timed)
+        return any(practical.module.CHECKS[check.check].doubtful(checked, warmup, check.options) for check in wanted)
 
     return doubtful
 
@@ -148,22 +150,28 @@ def stretched_steps(assignment: Assignment, args: Mapping[str, Any], timed: tupl
     return stretched
 
 
-def checked_timings(practical: Practical, args: Mapping[str, Any], carried_runs: tuple[RunDef, ...], timings: dict[str, TimedRuns]) -> dict[str, TimedRuns]:
-    """The timed launches the grader's hub carried, each timed by the hub's clock and checked
-    against the grader's own training on its inputs (grader/speed/measure.py carried_work), the
-    submission's also against the DDP options the reference's launches took on."""
-    if not carried_runs:
-        return timings
-    references = practical.module.references(args, carried_runs)
-    checked = {}
-    for name, timed in timings.items():
-        reference = references.get(name)
+@dataclass
+class HubTiming:
+    """The launches of a timed run the grader's hub carried, each timed by the hub's clock and
+    checked against the grader's own training on its inputs (grader/speed/measure.py
+    carried_work), the submission's also against the DDP options the reference's launches
+    took on; the grader's training of the carried timed runs is computed once, when first
+    needed. A run it did not carry is left as it is."""
+
+    practical: Practical
+    args: Mapping[str, Any]
+    runs: tuple[RunDef, ...]  # the carried timed runs
+
+    @cached_property
+    def references(self) -> Mapping[str, Any]:
+        return self.practical.module.references(self.args, self.runs) if self.runs else {}
+
+    def __call__(self, name: str, timed: TimedRuns) -> TimedRuns:
+        reference = self.references.get(name) if any(run.name == name for run in self.runs) else None
         if reference is None:
-            checked[name] = timed
-            continue
+            return timed
         own = tuple(carried_work(launch, reference, timed.adopted_options) for launch in timed.own)
-        checked[name] = TimedRuns(own, tuple(carried_work(launch, reference) for launch in timed.reference))
-    return checked
+        return TimedRuns(own, tuple(carried_work(launch, reference) for launch in timed.reference))
 
 
 def round_order(steps: tuple[int, int] | None) -> tuple[tuple[int | None, str], ...]:
