@@ -192,3 +192,51 @@ def test_a_function_run_for_a_remote_caller_sees_the_gpus(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr[-3000:]
     assert "remote: cuda:1 2 [2.0, 2.0] on cpu" in done.stdout, done.stdout + done.stderr[-3000:]
     assert "sent: not emulated on virtual GPUs: sending a tensor on cuda:0 over" in done.stdout, done.stdout
+
+
+FORKS = """
+import multiprocessing as mp, torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def use_cuda(queue):
+    try:
+        queue.put(str((torch.ones(2, device="cuda") * 2).device))
+    except RuntimeError as error:
+        queue.put(str(error))
+
+def in_child(method):
+    context = mp.get_context(method)
+    queue = context.Queue()
+    child = context.Process(target=use_cuda, args=(queue,))
+    child.start()
+    said = queue.get()
+    child.join()
+    return f"{said} (exit {child.exitcode})"
+
+if __name__ == "__main__":
+    print("fork before CUDA:", in_child("fork"), flush=True)
+    model = torch.nn.Linear(4, 1).cuda()
+    print("fork after CUDA:", in_child("fork"), flush=True)
+    print("spawn after CUDA:", in_child("spawn"), flush=True)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    losses = [torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()) for x, y in DataLoader(data, batch_size=8, num_workers=2)]
+    print("forked DataLoader workers:", len(losses), "batches, losses on", losses[0].device)
+"""
+
+
+def test_a_child_forked_after_cuda_cannot_use_it(tmp_path: Path) -> None:
+    """CUDA's state does not survive a fork: a child forked after the parent used CUDA raises
+    torch's error at its first CUDA call, as on a GPU; a child forked before, a spawned one, and
+    forked DataLoader workers that stay on the CPU work."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS)
+    done = run_cli("run", "--virtual-gpus", "2", "--", sys.executable, str(script), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "fork before CUDA: cuda:0 (exit 0)",
+        "fork after CUDA: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+        "you must use the 'spawn' start method (exit 0)",
+        "spawn after CUDA: cuda:0 (exit 0)",
+        "forked DataLoader workers: 4 batches, losses on cuda:0",
+    ], done.stdout + done.stderr[-3000:]
+

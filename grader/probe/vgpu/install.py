@@ -90,8 +90,10 @@ def install(count: int) -> VirtualCuda:
     engine's callbacks, CUDA autocast, torch.compile (eager, with a warning) and DataParallel's
     CUDA-only pieces are replaced for the rest of the process's life; process groups that would
     use NCCL run on gloo (barriers bound to a GPU included), RPC's remote functions see the GPUs,
-    and tensors sent to other processes keep their device."""
+    tensors sent to other processes keep their device, and a child forked after CUDA's first use
+    cannot use CUDA."""
     vcuda = VirtualCuda(count, _inherited_visible())
+    os.register_at_fork(after_in_child=vcuda.forked_child)
     api = _patch_cuda(vcuda)
     torch.nn.Parameter.__new__ = staticmethod(parameter_new(vcuda, torch.nn.Parameter.__new__))
     _patch_data_parallel(vcuda, api)
