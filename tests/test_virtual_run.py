@@ -1,6 +1,7 @@
 """`python -m grader run --virtual-gpus N -- CMD`: any script, unmodified, on virtual GPUs."""
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -240,3 +241,90 @@ def test_a_child_forked_after_cuda_cannot_use_it(tmp_path: Path) -> None:
         "forked DataLoader workers: 4 batches, losses on cuda:0",
     ], done.stdout + done.stderr[-3000:]
 
+
+FSDP1 = """
+import functools, os, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+from batch import batch, model
+
+rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(rank)
+dist.init_process_group("nccl")
+wrap = functools.partial(size_based_auto_wrap_policy, min_num_params=100)
+fsdp = FSDP(model().to(rank), auto_wrap_policy=wrap, device_id=rank)
+optimizer = torch.optim.AdamW(fsdp.parameters(), lr=0.01)
+x, y = batch()
+for step in range(3):
+    loss = F.cross_entropy(fsdp(x[rank::2].to(rank)), y[rank::2].to(rank))
+    optimizer.zero_grad()
+    loss.backward()
+    norm = fsdp.clip_grad_norm_(1.0)
+    optimizer.step()
+    mean = loss.detach().clone()
+    dist.all_reduce(mean)
+    if rank == 0:
+        print(f"step {step}: loss {mean.item() / 2:.6f} grad norm {norm.item():.6f} on {loss.device}", flush=True)
+weights = fsdp.state_dict()
+if rank == 0:
+    print(f"weights {sum(w.sum().item() for w in weights.values()):.6f} on {sorted({str(w.device) for w in weights.values()})}", flush=True)
+dist.destroy_process_group()
+"""
+
+BATCH = """
+import torch
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+def batch():
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(16, 8, generator=generator), torch.randint(0, 4, (16,), generator=generator)
+"""
+
+
+def one_process_training(folder: Path) -> list[str]:
+    """What FSDP1 on two GPUs must print: one process training on both halves of the batch
+    (FSDP averages the ranks' gradients), on the CPU."""
+    import importlib.util
+
+    import torch
+    import torch.nn.functional as F
+
+    spec = importlib.util.spec_from_file_location("fsdp1_batch", folder / "batch.py")
+    shared = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shared)
+    model = shared.model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = shared.batch()
+    lines = []
+    for step in range(3):
+        loss = sum(F.cross_entropy(model(x[rank::2]), y[rank::2]) for rank in (0, 1)) / 2
+        optimizer.zero_grad()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        lines.append(f"step {step}: loss {loss.item():.6f} grad norm {norm.item():.6f} on cuda:0")
+    return [*lines, f"weights {sum(w.sum().item() for w in model.state_dict().values()):.6f} on ['cuda:0']"]
+
+
+def numbers(line: str) -> list[float]:
+    return [float(n) for n in re.findall(r"-?\d+\.\d+", line)]
+
+
+@pytest.mark.slow
+def test_fsdp1_on_two_gpus_trains_as_one_process_does(tmp_path: Path) -> None:
+    """FullyShardedDataParallel (FSDP1) over 2 virtual GPUs, as its docs write it: an int
+    device_id, a size-based auto wrap that leaves the root no parameters of its own (FSDP then
+    takes the current GPU), clip_grad_norm_, the full state dict. Its losses, gradient norms
+    and weights are one process's on the whole batch."""
+    (tmp_path / "fsdp1.py").write_text(FSDP1)
+    (tmp_path / "batch.py").write_text(BATCH)
+    command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "fsdp1.py")
+    done = run_cli("run", "--virtual-gpus", "2", "--", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = [line for line in done.stdout.splitlines() if line.startswith(("step ", "weights "))]
+    expected = one_process_training(tmp_path)
+    assert [re.sub(r"-?\d+\.\d+", "#", line) for line in found] == [re.sub(r"-?\d+\.\d+", "#", line) for line in expected], done.stdout
+    assert [numbers(line) for line in found] == [pytest.approx(numbers(line), rel=1e-5, abs=1e-5) for line in expected], (found, expected)

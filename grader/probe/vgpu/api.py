@@ -267,6 +267,11 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
     }
 
 
+def record_stream(tensor: torch.Tensor, stream: Any) -> None:
+    """Tensor.record_stream: nothing to record, a virtual stream's work is done once queued (torch's
+    argument parser refuses a virtual stream before the torch-function mode sees the call)."""
+
+
 def new_generator(device: str) -> torch.Generator:
     """torch.Generator(device) as this process has it: how a pickled virtual generator comes back."""
     return torch.Generator(device=device)

@@ -452,9 +452,6 @@ class _VirtualMode(TorchFunctionMode):
     def _on_is_pinned(self, func, args, kwargs):
         return False
 
-    def _on_record_stream(self, func, args, kwargs):
-        return None
-
 
 def parameter_new(vcuda: VirtualCuda, original: Callable) -> Callable:
     """nn.Parameter(data) keeps the device of `data` (torch makes it in C++, unseen by the mode)."""
