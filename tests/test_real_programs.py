@@ -238,7 +238,7 @@ def fsdp2(outputs: list[str], virtual: bool, folder: Path) -> None:
 def fsdp1_tutorial(outputs: list[str], virtual: bool, folder: Path) -> None:
     """The FSDP1 tutorial's log (rank 0): each epoch's training and test lines, the CUDA events'
     time, the model with fc1 in an FSDP unit of its own (the size-based auto wrap), and the full
-    state dict of Net saved by rank 0 (CPU offload keeps it on the CPU)."""
+    state dict of Net saved by rank 0."""
     import torch
 
     for epoch in (1, 2):
