@@ -94,6 +94,15 @@ EXPECTED: dict[str, dict] = {
     },
     "unnamed_backend_between_two_ranks": {"value": [["cuda:0", [1.0, 1.0], [1.0, 1.0]], ["cuda:1", [0.0, 0.0], [1.0, 1.0]]]},
     "visible_devices_set_by_the_program": {"value": "1 cuda:0"},
+    # torch.cuda._lazy_init in a child forked after CUDA's fork handler was registered (torch/csrc/cuda/Module.cpp)
+    "cuda_in_a_forked_child": {
+        "value": str([
+            "cuda:0",
+            "cuda:0",
+            "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method",
+            "((2,), 'cuda:0', True, True)",
+        ])
+    },
     # kernels that check their arguments one by one name the argument and the kernel
     "linear_input_on_another_gpu": {"error": "RuntimeError", "message": checked("mat1", "cuda:1", "cuda:0", "wrapper_CUDA_addmm")},
     "linear_without_bias_input_on_cpu": {"error": "RuntimeError", "message": checked("mat2", "cuda:0", "cpu", "wrapper_CUDA_mm")},

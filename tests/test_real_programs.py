@@ -235,6 +235,28 @@ def fsdp2(outputs: list[str], virtual: bool, folder: Path) -> None:
     assert second.count("Loading checkpoint") == 2, second
 
 
+def fsdp1_tutorial(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """The FSDP1 tutorial's log (rank 0): each epoch's training and test lines, the CUDA events'
+    time, the model with fc1 in an FSDP unit of its own (the size-based auto wrap), and the full
+    state dict of Net saved by rank 0."""
+    import torch
+
+    for epoch in (1, 2):
+        assert re.search(rf"Train Epoch: {epoch} \tLoss: \d+\.\d{{6}}", outputs[0]), outputs[0]
+    assert len(re.findall(r"Test set: Average loss: \d+\.\d{4}, Accuracy: \d+/128 \(\d+\.\d{2}%\)", outputs[0])) == 2, outputs[0]
+    assert re.search(r"CUDA event elapsed time: [\d.]+sec", outputs[0]), outputs[0]
+    contains(
+        outputs[0],
+        "FullyShardedDataParallel(\n  (_fsdp_wrapped_module): Net(",
+        "    (fc1): FullyShardedDataParallel(\n      (_fsdp_wrapped_module): Linear(in_features=9216, out_features=128, bias=True)\n    )\n"
+        "    (fc2): Linear(in_features=128, out_features=10, bias=True)",
+    )
+    saved = torch.load(folder / "mnist_cnn.pt", map_location="cpu")
+    shapes = {"conv1.weight": (32, 1, 3, 3), "conv1.bias": (32,), "conv2.weight": (64, 32, 3, 3), "conv2.bias": (64,),
+              "fc1.weight": (128, 9216), "fc1.bias": (128,), "fc2.weight": (10, 128), "fc2.bias": (10,)}
+    assert {name: tuple(value.shape) for name, value in saved.items()} == shapes
+
+
 def nanogpt(outputs: list[str], virtual: bool, folder: Path) -> None:
     """train.py's log; the second launch resumes at iteration 4 from the checkpoint saved there."""
     first, second = outputs
@@ -377,6 +399,13 @@ PROGRAMS_RUN = (
             (*TORCHRUN, "--nproc_per_node=2", "example.py", "--mixed-precision", "--explicit-prefetching"),
         ),
         fsdp2,
+    ),
+    Program(
+        "fsdp1_tutorial_auto_wrap_cpu_offload",
+        "fsdp1_tutorial",
+        2,
+        ((*PYTHON, "fsdp_mnist.py", "--auto-wrap", "--cpu-offload", "--epochs=2", "--train-size=256", "--test-size=128", "--save-model"),),
+        fsdp1_tutorial,
     ),
     Program(
         "nanogpt_ddp_resume",

@@ -1,6 +1,7 @@
 """`python -m grader run --virtual-gpus N -- CMD`: any script, unmodified, on virtual GPUs."""
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -192,3 +193,138 @@ def test_a_function_run_for_a_remote_caller_sees_the_gpus(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr[-3000:]
     assert "remote: cuda:1 2 [2.0, 2.0] on cpu" in done.stdout, done.stdout + done.stderr[-3000:]
     assert "sent: not emulated on virtual GPUs: sending a tensor on cuda:0 over" in done.stdout, done.stdout
+
+
+FORKS = """
+import multiprocessing as mp, torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def use_cuda(queue):
+    try:
+        queue.put(str((torch.ones(2, device="cuda") * 2).device))
+    except RuntimeError as error:
+        queue.put(str(error))
+
+def in_child(method):
+    context = mp.get_context(method)
+    queue = context.Queue()
+    child = context.Process(target=use_cuda, args=(queue,))
+    child.start()
+    said = queue.get()
+    child.join()
+    return f"{said} (exit {child.exitcode})"
+
+if __name__ == "__main__":
+    print("fork before CUDA:", in_child("fork"), flush=True)
+    model = torch.nn.Linear(4, 1).cuda()
+    print("fork after CUDA:", in_child("fork"), flush=True)
+    print("spawn after CUDA:", in_child("spawn"), flush=True)
+    data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+    losses = [torch.nn.functional.mse_loss(model(x.cuda()), y.cuda()) for x, y in DataLoader(data, batch_size=8, num_workers=2)]
+    print("forked DataLoader workers:", len(losses), "batches, losses on", losses[0].device)
+"""
+
+
+def test_a_child_forked_after_cuda_cannot_use_it(tmp_path: Path) -> None:
+    """CUDA's state does not survive a fork: a child forked after the parent used CUDA raises
+    torch's error at its first CUDA call, as on a GPU; a child forked before, a spawned one, and
+    forked DataLoader workers that stay on the CPU work."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS)
+    done = run_cli("run", "--virtual-gpus", "2", "--", sys.executable, str(script), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "fork before CUDA: cuda:0 (exit 0)",
+        "fork after CUDA: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, "
+        "you must use the 'spawn' start method (exit 0)",
+        "spawn after CUDA: cuda:0 (exit 0)",
+        "forked DataLoader workers: 4 batches, losses on cuda:0",
+    ], done.stdout + done.stderr[-3000:]
+
+
+FSDP1 = """
+import functools, os, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+from batch import batch, model
+
+rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(rank)
+dist.init_process_group("nccl")
+wrap = functools.partial(size_based_auto_wrap_policy, min_num_params=100)
+fsdp = FSDP(model().to(rank), auto_wrap_policy=wrap, device_id=rank)
+optimizer = torch.optim.AdamW(fsdp.parameters(), lr=0.01)
+x, y = batch()
+for step in range(3):
+    loss = F.cross_entropy(fsdp(x[rank::2].to(rank)), y[rank::2].to(rank))
+    optimizer.zero_grad()
+    loss.backward()
+    norm = fsdp.clip_grad_norm_(1.0)
+    optimizer.step()
+    mean = loss.detach().clone()
+    dist.all_reduce(mean)
+    if rank == 0:
+        print(f"step {step}: loss {mean.item() / 2:.6f} grad norm {norm.item():.6f} on {loss.device}", flush=True)
+weights = fsdp.state_dict()
+if rank == 0:
+    print(f"weights {sum(w.sum().item() for w in weights.values()):.6f} on {sorted({str(w.device) for w in weights.values()})}", flush=True)
+dist.destroy_process_group()
+"""
+
+BATCH = """
+import torch
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+def batch():
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(16, 8, generator=generator), torch.randint(0, 4, (16,), generator=generator)
+"""
+
+
+def one_process_training(folder: Path) -> list[str]:
+    """What FSDP1 on two GPUs must print: one process training on both halves of the batch
+    (FSDP averages the ranks' gradients), on the CPU."""
+    import importlib.util
+
+    import torch
+    import torch.nn.functional as F
+
+    spec = importlib.util.spec_from_file_location("fsdp1_batch", folder / "batch.py")
+    shared = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shared)
+    model = shared.model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = shared.batch()
+    lines = []
+    for step in range(3):
+        loss = sum(F.cross_entropy(model(x[rank::2]), y[rank::2]) for rank in (0, 1)) / 2
+        optimizer.zero_grad()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        lines.append(f"step {step}: loss {loss.item():.6f} grad norm {norm.item():.6f} on cuda:0")
+    return [*lines, f"weights {sum(w.sum().item() for w in model.state_dict().values()):.6f} on ['cuda:0']"]
+
+
+def numbers(line: str) -> list[float]:
+    return [float(n) for n in re.findall(r"-?\d+\.\d+", line)]
+
+
+@pytest.mark.slow
+def test_fsdp1_on_two_gpus_trains_as_one_process_does(tmp_path: Path) -> None:
+    """FullyShardedDataParallel (FSDP1) over 2 virtual GPUs, as its docs write it: an int
+    device_id, a size-based auto wrap that leaves the root no parameters of its own (FSDP then
+    takes the current GPU), clip_grad_norm_, the full state dict. Its losses, gradient norms
+    and weights are one process's on the whole batch."""
+    (tmp_path / "fsdp1.py").write_text(FSDP1)
+    (tmp_path / "batch.py").write_text(BATCH)
+    command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "fsdp1.py")
+    done = run_cli("run", "--virtual-gpus", "2", "--", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = [line for line in done.stdout.splitlines() if line.startswith(("step ", "weights "))]
+    expected = one_process_training(tmp_path)
+    assert [re.sub(r"-?\d+\.\d+", "#", line) for line in found] == [re.sub(r"-?\d+\.\d+", "#", line) for line in expected], done.stdout
+    assert [numbers(line) for line in found] == [pytest.approx(numbers(line), rel=1e-5, abs=1e-5) for line in expected], (found, expected)

@@ -365,6 +365,51 @@ def visible_devices_set_by_the_program():
     return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
 
 
+FORKS = """
+import os, torch
+
+def in_child(use):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            said = str(use())
+        except RuntimeError as error:
+            said = str(error).splitlines()[0]
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    said = os.read(read, 4096).decode()
+    os.waitpid(pid, 0)
+    return said
+
+def make():
+    return torch.ones(1, device="cuda").device
+
+seen = []
+torch.cuda.device_count()
+seen.append(in_child(make))
+os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+torch.cuda.is_available()
+seen.append(in_child(make))
+del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
+torch.cuda.is_available()
+seen.append(in_child(make))
+t = torch.ones(2, device="cuda")
+seen.append(in_child(lambda: (tuple(t.shape), str(t.device), torch.cuda.is_available(), torch.cuda.device_count() > 0)))
+print(seen)
+"""
+
+
+@case(needs=1)
+def cuda_in_a_forked_child():
+    """A child forked after the parent initialised CUDA, or asked the driver about it
+    (is_available without NVML), cannot use CUDA; device_count (NVML) leaves forks usable; the
+    child may read a GPU tensor's metadata and ask what is available."""
+    done = subprocess.run([sys.executable, "-c", FORKS], capture_output=True, text=True, timeout=120)
+    return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
+
 @case(needs=2)
 def linear_input_on_another_gpu():
     nn.Linear(2, 2).to("cuda:0")(torch.randn(3, 2, device="cuda:1"))

@@ -4,7 +4,10 @@ Availability and counts, the current device (per thread, as in CUDA), device con
 properties, timing events (wall clock), streams (accepted, no overlap), memory statistics
 (bytes of the storages on each virtual device), random-number state (the CPU generator's:
 random tensors made "on" a virtual GPU come from the CPU generator, so their values differ
-from a real GPU's).
+from a real GPU's). The calls that initialise CUDA on a GPU build (torch.cuda._lazy_init:
+current_device, set_device, synchronize, device(k), streams, properties, ...) are refused in a
+child forked after CUDA's first use, and `is_available` marks that use as CUDA's driver query does
+(grader.probe.vgpu.devices, "Forks").
 
 torch.accelerator's functions call torch._C._accelerator_* at each call (and torch's own code
 asks torch._C._get_accelerator for the device type): `make_accelerator` replaces those, so
@@ -12,10 +15,12 @@ that the accelerator is CUDA with the virtual devices, its current index the CUD
 """
 from __future__ import annotations
 
+import functools
+import os
 import time
 import warnings
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -58,8 +63,26 @@ class VirtualEvent:
         return (end_event._time - self._time) * 1000.0
 
 
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"  # "1": torch.cuda.is_available() asks NVML, which leaves forks usable
+
+
 def make_api(v: VirtualCuda) -> dict[str, Any]:
     """Replacements for names of torch.cuda (and torch.cuda.memory), bound to `v`."""
+
+    def initialising(function: Callable) -> Callable:
+        """`function` after torch.cuda._lazy_init, as torch runs it."""
+
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            v.lazy_init()
+            return function(*args, **kwargs)
+
+        return call
+
+    def is_available() -> bool:
+        if os.environ.get(NVML_CHECK) != "1":
+            v.poison_fork()
+        return v.count > 0
 
     def index(device: Any = None) -> int:
         if device is None:
@@ -75,6 +98,7 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
         """torch.cuda.Stream: accepted everywhere, never overlaps anything."""
 
         def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+            v.lazy_init()
             self.device = torch.device("cuda", index(device))
             self.priority = priority
             self.device_index = self.device.index
@@ -116,6 +140,7 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
         def __enter__(self) -> None:
             self.prev_idx = v.current
             if self.idx >= 0:
+                v.lazy_init()
                 v.set_current(self.idx)
 
         def __exit__(self, *exc: object) -> bool:
@@ -186,26 +211,28 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
     def set_device(device: Any) -> None:
         k = device if isinstance(device, int) else index(device)
         if k >= 0:
+            v.lazy_init()
             v.set_current(k)
 
     return {
-        "is_available": lambda: v.count > 0,
+        "is_available": is_available,
         "device_count": lambda: v.count,
         "_device_count_nvml": lambda: v.count,
         "_raw_device_count_nvml": lambda: v.count,
-        "current_device": lambda: v.current,
+        "current_device": initialising(lambda: v.current),
         "set_device": set_device,
         "is_initialized": lambda: False,  # so torch queues its CUDA-generator seeding, never runs it
-        "init": nothing,
-        "_lazy_init": nothing,
-        "synchronize": nothing,
-        "ipc_collect": nothing,
+        "init": initialising(nothing),
+        "_lazy_init": initialising(nothing),
+        "_is_in_bad_fork": lambda: v.in_bad_fork,
+        "synchronize": initialising(nothing),
+        "ipc_collect": initialising(nothing),
         "empty_cache": nothing,
-        "get_device_name": lambda device=None: properties(device).name,
-        "get_device_properties": properties,
-        "get_device_capability": lambda device=None: (9, 0),
-        "get_arch_list": lambda: ["sm_90"],
-        "is_bf16_supported": lambda including_emulation=True: True,
+        "get_device_name": initialising(lambda device=None: properties(device).name),
+        "get_device_properties": initialising(properties),
+        "get_device_capability": initialising(lambda device=None: (9, 0)),
+        "get_arch_list": lambda: ["sm_90"] if is_available() else [],
+        "is_bf16_supported": initialising(lambda including_emulation=True: True),
         "device": DeviceContext,
         "device_of": device_of,
         "Event": VirtualEvent,
@@ -226,18 +253,23 @@ def make_api(v: VirtualCuda) -> dict[str, Any]:
         "reset_accumulated_memory_stats": nothing,
         "memory_stats": stats,
         "memory_summary": summary,
-        "mem_get_info": lambda device=None: (TOTAL_MEMORY - allocated(device), TOTAL_MEMORY),
+        "mem_get_info": initialising(lambda device=None: (TOTAL_MEMORY - allocated(device), TOTAL_MEMORY)),
         "set_per_process_memory_fraction": nothing,
-        "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+        "get_rng_state": initialising(lambda device="cuda": torch.get_rng_state()),
         "set_rng_state": lambda new_state, device="cuda": torch.set_rng_state(new_state),
-        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(v.count)],
+        "get_rng_state_all": initialising(lambda: [torch.get_rng_state() for _ in range(v.count)]),
         "set_rng_state_all": lambda states: torch.set_rng_state(states[0]),
-        "initial_seed": torch.initial_seed,
+        "initial_seed": initialising(torch.initial_seed),
         "manual_seed": nothing,  # virtual devices draw from the CPU generator
         "manual_seed_all": nothing,
         "seed": nothing,
         "seed_all": nothing,
     }
+
+
+def record_stream(tensor: torch.Tensor, stream: Any) -> None:
+    """Tensor.record_stream: nothing to record, a virtual stream's work is done once queued (torch's
+    argument parser refuses a virtual stream before the torch-function mode sees the call)."""
 
 
 def new_generator(device: str) -> torch.Generator:
@@ -290,6 +322,7 @@ def make_accelerator(v: VirtualCuda, api: dict[str, Any]) -> dict[str, Any]:
 
     def set_index(index: int) -> None:
         if index >= 0:
+            v.lazy_init()
             v.set_current(index)
 
     def exchange(index: int) -> int:
@@ -303,11 +336,11 @@ def make_accelerator(v: VirtualCuda, api: dict[str, Any]) -> dict[str, Any]:
     return {
         "_get_accelerator": lambda: torch.device("cuda"),
         "_accelerator_getAccelerator": lambda: torch.device("cuda"),
-        "_accelerator_getDeviceIndex": lambda: v.current,
+        "_accelerator_getDeviceIndex": lambda: api["current_device"](),
         "_accelerator_setDeviceIndex": set_index,
         "_accelerator_exchangeDevice": exchange,
         "_accelerator_maybeExchangeDevice": exchange,
-        "_accelerator_synchronizeDevice": lambda index=-1: None,
+        "_accelerator_synchronizeDevice": lambda index=-1: api["synchronize"](),
         "_accelerator_getStream": lambda index=-1: api["current_stream"](None if index < 0 else index),
         "_accelerator_setStream": lambda stream: None,
         "_accelerator_getDeviceCapability": lambda index=-1: CAPABILITY,

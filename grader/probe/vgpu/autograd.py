@@ -15,7 +15,9 @@ device they belong to:
   * Tensor.register_hook / register_post_accumulate_grad_hook: the tensor's device;
   * saved_tensors_hooks (activation checkpointing) and engine callbacks (FSDP, DDP): run in the mode.
 
-Hooks on the nodes of torch's own C++ operators are not wrapped (their classes are C types).
+Hooks on the nodes of torch's own C++ operators are not wrapped (their classes are C types);
+FSDP1's, on its flat parameters' AccumulateGrad nodes, is wrapped where FSDP defines it
+(grader.probe.vgpu.dist).
 """
 
 from __future__ import annotations

@@ -21,8 +21,15 @@ ones. `torch.cuda` and `torch.accelerator` answer as a machine with N GPUs would
 (grader.probe.vgpu.api); DataParallel's scatter / broadcast / gather run on virtual devices
 (grader.probe.vgpu.parallel); checkpoints save and load per device, and tensors sent to other processes arrive on theirs
 (grader.probe.vgpu.serialization);
-the autograd engine's Python callbacks run in the mode (grader.probe.vgpu.autograd). Not
-emulated: timing, memory capacity, streams and their overlap, NCCL itself (gloo does the
+the autograd engine's Python callbacks run in the mode (grader.probe.vgpu.autograd).
+
+Forks. CUDA's state does not survive os.fork: torch registers a fork handler the first time it
+initialises CUDA or asks the driver for the devices (`torch.cuda.is_available()`), and a child
+forked after that raises "Cannot re-initialize CUDA in forked subprocess" at its first use of
+CUDA. The virtual GPUs keep the same two facts (`poisoned`, `in_bad_fork`): in such a child,
+making or moving a tensor onto a GPU, an op on a GPU tensor and the torch.cuda calls that
+initialise CUDA raise torch's error, while work on the CPU (a DataLoader worker's) goes on.
+Not emulated: timing, memory capacity, streams and their overlap, NCCL itself (gloo does the
 collectives).
 """
 from __future__ import annotations
@@ -37,7 +44,7 @@ import torch
 import torch.utils._device as default_device
 from torch.overrides import TorchFunctionMode
 
-from grader.probe.vgpu.errors import CPU, NO_GPUS, TAG, invalid_ordinal, mismatch_error
+from grader.probe.vgpu.errors import BAD_FORK, CPU, NO_GPUS, TAG, invalid_ordinal, mismatch_error
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 
@@ -122,9 +129,28 @@ class VirtualCuda:
         self.inherited = inherited
         self._visible: list[int] | None = None
         self.memory = [MemoryStats() for _ in range(machine)]
+        self.poisoned = False  # a child forked from now on cannot use CUDA (torch's fork handler is in place)
+        self.in_bad_fork = False  # this process is such a child
         self._lock = threading.Lock()
         self._local = threading.local()
         self.mode = _VirtualMode(self)
+
+    # --------------------------------------------------------------- forks
+    def poison_fork(self) -> None:
+        """What asking the CUDA driver for its devices does (torch.cuda.is_available()): a child
+        forked from now on cannot use CUDA."""
+        self.poisoned = True
+
+    def lazy_init(self) -> None:
+        """torch.cuda._lazy_init, which CUDA's first use in a process runs: torch's error in a
+        child forked after CUDA was initialised or queried, else the fork handler is in place."""
+        if self.in_bad_fork:
+            raise RuntimeError(BAD_FORK)
+        self.poisoned = True
+
+    def forked_child(self) -> None:
+        """Run in every child of os.fork (the fork handler CUDA's first use registers)."""
+        self.in_bad_fork = self.in_bad_fork or self.poisoned
 
     # ------------------------------------------------------------- devices
     @property
@@ -230,6 +256,10 @@ class _VirtualMode(TorchFunctionMode):
     CROSS_DEVICE = frozenset({"copy_", "to", "cuda", "cpu", "type", "__setitem__", "set_", "is_same_size", "is_set_to"})
     # calls other than Tensor methods that have an `_on_<name>` handler
     FUNCTIONS = frozenset({"_parse_to"})
+    # Tensor methods that read a GPU tensor's metadata: CUDA does not run (so a forked child may call them)
+    METADATA = frozenset({"size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "is_contiguous", "element_size",
+                          "data_ptr", "__len__", "__hash__", "is_floating_point", "is_complex", "is_signed", "requires_grad_", "detach",
+                          "detach_", "register_hook", "retain_grad", "is_shared"})
 
     def __init__(self, vcuda: VirtualCuda) -> None:
         super().__init__()
@@ -253,10 +283,13 @@ class _VirtualMode(TorchFunctionMode):
         if device is not None:
             target = self.v.index_of(device)  # None for a device other than cpu and cuda (meta): left untagged
             if target is not None and target != CPU:
+                self.v.lazy_init()
                 kwargs = {**kwargs, "device": "cpu"}
         inputs = [*tensors_in(args), *tensors_in(kwargs)]
         private = name.startswith("_") and not name.startswith("__")
         common, mixed = self._common(inputs)
+        if common not in (None, CPU) and name not in self.METADATA:
+            self.v.lazy_init()
         if mixed and not private and name not in self.CROSS_DEVICE:
             raise mismatch_error(func, args, kwargs, inputs)
         result = func(*args, **kwargs)
@@ -293,6 +326,8 @@ class _VirtualMode(TorchFunctionMode):
             if mixed:
                 raise mismatch_error(func, args, kwargs, tensors)
             devices.append(common)
+        if any(device is not None and device >= 0 for device in devices):
+            self.v.lazy_init()
         result = func(*args, **kwargs)
         if isinstance(result, (list, tuple)):
             for output, device in zip(result, devices):
@@ -313,6 +348,8 @@ class _VirtualMode(TorchFunctionMode):
         """A copy of `tensor` on virtual device `target` (or `tensor` itself if already there)."""
         source = getattr(tensor, TAG, None)
         source = CPU if source is None else source
+        if max(source, target) >= 0:
+            self.v.lazy_init()
         options = {"dtype": dtype, "non_blocking": non_blocking}
         if memory_format is not None:
             options["memory_format"] = memory_format
@@ -340,8 +377,10 @@ class _VirtualMode(TorchFunctionMode):
     # ----------------------------------------------------- tensor methods
     def _on___repr__(self, func, args, kwargs):
         """CUDA tensors print their device: tensor([...], device='cuda:0', …)."""
-        text = func(*args, **kwargs)
         tag = getattr(args[0], TAG, None)
+        if tag not in (None, CPU):
+            self.v.lazy_init()  # CUDA copies the values to the host to print them
+        text = func(*args, **kwargs)
         if tag is None or tag == CPU or not text.startswith("tensor("):
             return text
         body_end = text.rfind("]") + 1 if "]" in text else len("tensor(")
@@ -385,6 +424,8 @@ class _VirtualMode(TorchFunctionMode):
         dtype = kwargs.get("dtype") or next((a for a in rest if isinstance(a, torch.dtype)), None)
         non_blocking = kwargs.get("non_blocking", next((a for a in rest if isinstance(a, bool)), False))
         if target is None:
+            if getattr(tensor, TAG, None) not in (None, CPU):
+                self.v.lazy_init()
             result = func(*args, **kwargs)
             return self._tag_outputs(result, getattr(tensor, TAG, None), [tensor])
         if kwargs.get("copy"):
@@ -410,9 +451,6 @@ class _VirtualMode(TorchFunctionMode):
 
     def _on_is_pinned(self, func, args, kwargs):
         return False
-
-    def _on_record_stream(self, func, args, kwargs):
-        return None
 
 
 def parameter_new(vcuda: VirtualCuda, original: Callable) -> Callable:

@@ -31,6 +31,17 @@ result) stops with a "not emulated" error: TensorPipe refuses CUDA tensors witho
 map and moves them to the mapped GPU with one, and neither is emulated (the CPU tensor behind
 it would arrive on the CPU).
 
+FullyShardedDataParallel (FSDP1) meets three things a CPU build does differently:
+
+  * `device_id=k` (an int) means cuda:k on a CUDA build; torch.device(k) asks the accelerator,
+    which a CPU build has not: FSDP's initialisation gets torch.device("cuda", k);
+  * where the module gives it no GPU (the root of an auto-wrapped model keeps no parameters of
+    its own, a model on the CPU or the meta device), FSDP takes torch.device of its device
+    handle's current_device(), an int: its handle on torch.cuda names the device instead;
+  * its post-backward hook, on each flat parameter's AccumulateGrad node (a C++ node, whose
+    hooks grader.probe.vgpu.autograd cannot wrap), runs in the mode, where its unsharded
+    parameter is on the compute GPU (without the mode FSDP asserts that it is on the CPU).
+
 DTensor (tensor parallelism, FSDP2) runs its ops in C++ and Python below the torch-function
 mode, on the CPU tensors behind the virtual devices. A DTensor on a "cuda" mesh reports its
 rank's GPU (grader.probe.vgpu.devices); where DTensor's own code would make CUDA tensors from the
@@ -47,6 +58,7 @@ mesh's device type, it works as on a CPU mesh:
 
 from __future__ import annotations
 
+import inspect
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -54,7 +66,8 @@ import torch
 import torch.distributed.distributed_c10d as c10d
 
 from grader.probe.patching import after_import, dressed, replace_in_torch
-from grader.probe.vgpu.devices import tensors_in
+from grader.probe.vgpu.autograd import in_mode
+from grader.probe.vgpu.devices import is_index, tensors_in
 from grader.probe.vgpu.errors import TAG, invalid_ordinal
 
 if TYPE_CHECKING:
@@ -211,9 +224,46 @@ def _rpc_api(api: ModuleType) -> None:
         replace_in_torch(api, name, _builtin_refusing_gpu_tensors(getattr(api, name)))
 
 
+class _CudaHandle:
+    """torch.cuda as FSDP1's device handle, but for current_device(), which names the current GPU
+    (torch.device("cuda", k)): FSDP1 reads it as torch.device(handle.current_device())."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cuda, name)
+
+    @staticmethod
+    def current_device() -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device())
+
+
+def _device_id_on_cuda(function: Callable) -> Callable:
+    """`function`, its `device_id` argument an int k taken as cuda:k (as a CUDA build reads it)."""
+    signature = inspect.signature(function)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        if is_index(bound.arguments.get("device_id")):
+            bound.arguments["device_id"] = torch.device("cuda", bound.arguments["device_id"])
+        return function(*bound.args, **bound.kwargs)
+
+    return call
+
+
+def _fsdp1_on_virtual_gpus(vcuda: VirtualCuda, init_utils: ModuleType) -> None:
+    """FullyShardedDataParallel's device_id, device handle and post-backward hook (see the module docstring)."""
+    from torch.distributed.fsdp import _common_utils, _runtime_utils
+
+    for name in ("_init_device_handle", "_get_device_from_device_id"):
+        replace_in_torch(init_utils, name, _device_id_on_cuda(getattr(init_utils, name)))
+    handle = _common_utils._FSDPDeviceHandle
+    from_device = handle.from_device
+    handle.from_device = classmethod(lambda cls, device: _CudaHandle() if device.type == "cuda" else from_device(device))
+    replace_in_torch(_runtime_utils, "_post_backward_hook", in_mode(vcuda, _runtime_utils._post_backward_hook))
+
+
 def install_distributed(vcuda: VirtualCuda) -> None:
     """Run NCCL's process groups on gloo, barriers on the CPU, DTensor's random ops as on the CPU,
-    RPC's remote functions in the mode (see the module docstring)."""
+    RPC's remote functions in the mode, FSDP1 on the virtual GPUs (see the module docstring)."""
     replace_in_torch(c10d, "init_process_group", _on_gloo(c10d.init_process_group))
     process_group = torch._C._distributed_c10d.ProcessGroup
     process_group.barrier = dressed(_barrier_on_cpu(vcuda, process_group.barrier), process_group.barrier)
@@ -221,3 +271,4 @@ def install_distributed(vcuda: VirtualCuda) -> None:
     after_import("torch.distributed.tensor", _like_a_cpu_mesh)
     after_import("torch.distributed.rpc.internal", lambda internal: _rpc_on_virtual_gpus(vcuda, internal))
     after_import("torch.distributed.rpc.api", _rpc_api)
+    after_import("torch.distributed.fsdp._init_utils", lambda init_utils: _fsdp1_on_virtual_gpus(vcuda, init_utils))

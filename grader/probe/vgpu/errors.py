@@ -18,7 +18,8 @@ the kernel CUDA runs and its argument names; every other call gets the TensorIte
 Convolutions compare tensor types first ("Input type (torch.FloatTensor) and weight type
 (torch.cuda.FloatTensor) should be the same ...").
 
-An out-of-range device raises torch.AcceleratorError (a RuntimeError) with CUDA's text.
+An out-of-range device raises torch.AcceleratorError (a RuntimeError) with CUDA's text; CUDA
+used in a child forked after the parent initialised or queried it, torch's RuntimeError.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ INVALID_ORDINAL = (
     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
 )
 NO_GPUS = "No CUDA GPUs are available"
+BAD_FORK = "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method"  # torch.cuda._lazy_init's
 SAME_DEVICE = "Expected all tensors to be on the same device"
 
 Checked = tuple[str, list[tuple[str, Any]]]  # (CUDA's wrapper, [(argument name, value)] in the order CUDA checks them)

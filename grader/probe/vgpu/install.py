@@ -13,10 +13,10 @@ from typing import Any, Callable
 import torch
 import torch.nn.parallel
 
-from grader.probe.patching import own_function
+from grader.probe.patching import dressed, own_function
 from grader.probe.vgpu.devices import VISIBLE, VirtualCuda, parameter_new
 from grader.probe.vgpu.amp import install_autocast
-from grader.probe.vgpu.api import make_accelerator, make_api, make_generator
+from grader.probe.vgpu.api import make_accelerator, make_api, make_generator, record_stream
 from grader.probe.vgpu.autograd import install_autograd
 from grader.probe.vgpu.dist import install_distributed
 from grader.probe.vgpu.parallel import make_comm, make_parallel_apply
@@ -34,8 +34,8 @@ def _inherited_visible() -> str | None:
 
 
 def _patch_cuda(vcuda: VirtualCuda) -> dict:
-    """torch.cuda (and its submodules that define the same names), torch.accelerator and
-    torch.Generator; returns the torch.cuda replacements."""
+    """torch.cuda (and its submodules that define the same names), torch.accelerator,
+    torch.Generator and Tensor.record_stream; returns the torch.cuda replacements."""
     api = make_api(vcuda)
     for name, value in api.items():
         setattr(torch.cuda, name, own_function(value))
@@ -50,6 +50,7 @@ def _patch_cuda(vcuda: VirtualCuda) -> dict:
     for name, value in make_accelerator(vcuda, api).items():
         setattr(torch._C, name, own_function(value))
     torch.Generator = make_generator(vcuda)
+    torch.Tensor.record_stream = dressed(record_stream, torch.Tensor.record_stream)
     return api
 
 
@@ -90,8 +91,10 @@ def install(count: int) -> VirtualCuda:
     engine's callbacks, CUDA autocast, torch.compile (eager, with a warning) and DataParallel's
     CUDA-only pieces are replaced for the rest of the process's life; process groups that would
     use NCCL run on gloo (barriers bound to a GPU included), RPC's remote functions see the GPUs,
-    and tensors sent to other processes keep their device."""
+    tensors sent to other processes keep their device, and a child forked after CUDA's first use
+    cannot use CUDA."""
     vcuda = VirtualCuda(count, _inherited_visible())
+    os.register_at_fork(after_in_child=vcuda.forked_child)
     api = _patch_cuda(vcuda)
     torch.nn.Parameter.__new__ = staticmethod(parameter_new(vcuda, torch.nn.Parameter.__new__))
     _patch_data_parallel(vcuda, api)
