@@ -240,7 +240,7 @@ class Probe:
                 local_rank=_environment_number("LOCAL_RANK"),
                 world_size=_environment_number("WORLD_SIZE"),
                 virtual_gpus=self.options.virtual_gpus,
-                cuda=self.options.virtual_gpus == 0 and torch.cuda.is_available(),
+                cuda=self.options.virtual_gpus == 0 and torch.cuda.device_count() > 0,  # not is_available(): it would start CUDA's driver, after which a forked child cannot use CUDA
                 wall=time.time(),
                 torch=torch.__version__,
             )
@@ -497,8 +497,10 @@ class Probe:
             device_ids = kwargs.get("device_ids", args[1] if len(args) > 1 else None)
             self._remember_model(ddp.module)
             self._models_seen.add(ddp)
-            current = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else None
-            self.emit(Ddp, device_ids=tuple(str(d) for d in device_ids) if device_ids is not None else None, param_devices=self._parameter_devices(ddp.module), current_device=current)
+            devices = self._parameter_devices(ddp.module)
+            # the current device only where the model is on a GPU: asking would start CUDA in a process that has not
+            current = f"cuda:{torch.cuda.current_device()}" if any(device.startswith("cuda") for device in devices) else None
+            self.emit(Ddp, device_ids=tuple(str(d) for d in device_ids) if device_ids is not None else None, param_devices=devices, current_device=current)
             self._emit_model(ddp, "ddp")
             self._emit_globals("ddp")
             from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -681,7 +683,7 @@ class Probe:
         if self._step_depth:
             return
         try:
-            if self.options.virtual_gpus == 0 and torch.cuda.is_available() and torch.cuda.is_initialized():
+            if self.options.virtual_gpus == 0 and torch.cuda.is_initialized():
                 torch.cuda.synchronize()  # so the step ends when the GPUs finished it
         except RuntimeError as exc:
             self._failed("the optimizer step hook", exc)
@@ -729,12 +731,12 @@ class Probe:
         self._finished = True
         self._emit_globals("end", namespace)
         try:
-            if self.options.virtual_gpus or (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            if self.options.virtual_gpus or torch.cuda.is_initialized():
                 with warnings.catch_warnings():  # the virtual GPUs' warning is for the script's own readings
                     warnings.simplefilter("ignore")
                     peaks = tuple(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count()))
                 self.emit(Memory, peak=peaks, why=None)
-            elif torch.cuda.is_available():
+            elif torch.cuda.device_count() > 0:
                 self.emit(Memory, peak=None, why="CUDA not used by this process: memory not measured")
             else:
                 self.emit(Memory, peak=None, why="no CUDA device: memory not measured")
