@@ -58,15 +58,20 @@ def stored(results: Path, student: str, commit: str) -> dict:
 
 
 def routing_course(target: Path) -> Path:
-    """A copy of the course whose p6 `efficiency` allows 3× the reference's step: these tests
-    are about where submissions and feedback go, and a grading must come out the same on a
-    noisy CI machine (the speed verdict's own tests are in test_speed.py and test_p6_grading.py;
-    its false fails are counted in bench/)."""
+    """A copy of the course whose p6 `efficiency` allows 3× the reference's step, judged on one
+    round of timed launches (the spec's first: one of the reference's, one of the
+    submission's) rather than three: these tests are about where submissions and feedback go,
+    and a grading must come out the same on a noisy CI machine (the speed verdict's own tests
+    are in test_speed.py and test_p6_grading.py; its false fails are counted in bench/). Every
+    run and check of the spec is kept, and a round more is still launched where the verdict
+    is in doubt."""
     course = copy_course(target)
     for spec in (course / "solutions" / "p6" / "assignment.yaml", course / "assignments" / "p6" / "assignment.yaml"):
         text = spec.read_text()
-        assert text.count("options: {max_ratio: 1.3}") == 1
-        spec.write_text(text.replace("options: {max_ratio: 1.3}", "options: {max_ratio: 3.0}"))
+        for old, new in (("options: {max_ratio: 1.3}", "options: {max_ratio: 3.0}"), ("timing: {repeats: 3,", "timing: {repeats: 1,")):
+            assert text.count(old) == 1, old
+            text = text.replace(old, new)
+        spec.write_text(text)
     return course
 
 

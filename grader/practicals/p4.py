@@ -1,6 +1,8 @@
 """p4: the concepts notebook. `prepare` takes the graded cells out of the notebook and adds
 the driver that runs them; `references` computes, in the grader's process, what the
-student's functions must return on the grader's inputs (built by the driver's own builders)."""
+student's functions must return on the grader's inputs (built by the driver's own builders).
+The driver imports torch: it is imported where it is used, so that loading the practical (the
+course's list, a release, an export) does not import torch."""
 from __future__ import annotations
 
 import json
@@ -10,7 +12,6 @@ from typing import Any, Mapping, Sequence
 from grader.checks.concepts import CHECKS, ConceptsReference, DPCase
 from grader.grade.notebook import NotebookError, graded_cells, read_notebook
 from grader.grade.prepared import Prepared
-from grader.probe.drivers import p4 as driver
 from grader.spec import Assignment, RunDef
 
 __all__ = ["CHECKS", "prepare", "references"]
@@ -25,6 +26,8 @@ main(__grader_emit__)  # noqa: F821 - given by the grader's probe
 
 def prepare(submission: Path, into: Path, assignment: Assignment) -> Prepared:
     """Write the graded cells (cells.json) and the driver into `into`."""
+    from grader.probe.drivers import p4 as driver
+
     try:
         notebook = read_notebook(submission / assignment.script)
     except NotebookError as exc:
@@ -42,6 +45,8 @@ def prepare(submission: Path, into: Path, assignment: Assignment) -> Prepared:
 def references(args: Mapping[str, Any], runs: Sequence[RunDef]) -> dict[str, ConceptsReference]:
     """The outputs the student's functions must produce on the grader's inputs."""
     import torch
+
+    from grader.probe.drivers import p4 as driver
 
     seed = int(args["seed"])
     dims = (int(args["in_features"]), int(args["hidden"]), int(args["out_features"]))
