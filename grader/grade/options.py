@@ -24,6 +24,7 @@ TIMED_PACE_FACTOR = 20.0  # the same for a timed launch of a submission whose ru
 OWN_PACE_FACTOR = 3.0  # × the longest of the submission's own runs that ended by themselves (per share of the CPU: grader/grade/pace.py)
 REAL_GPU_PACE_FACTOR = 4.0  # a process's first CUDA call alone takes seconds
 RELAUNCH_GAIN = 1.5  # a run stopped at its pace is launched again only for at least this much more time
+WORKING_RELAUNCH_FACTOR = 2.0  # a run stopped at its pace, of a submission whose runs so far ended by themselves, is launched again with this many times the time it had
 
 
 @dataclass(frozen=True)

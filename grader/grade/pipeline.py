@@ -34,7 +34,7 @@ from grader.course import Practical
 from grader.grade.answers import load_answers, manual_texts
 from grader.grade.intake import take, unrunnable
 from grader.grade.machine import machine_key
-from grader.grade.options import MIN_RUN_S, RELAUNCH_GAIN, GradeOptions, run_share_s, time_limits
+from grader.grade.options import MIN_RUN_S, RELAUNCH_GAIN, WORKING_RELAUNCH_FACTOR, GradeOptions, run_share_s, time_limits
 from grader.grade.pace import Paces
 from grader.grade.plan import JobMaker, carried, choose_args, deferred_checks, drawn_note, plan_runs, reference_at_hand, runs_of
 from grader.grade.prepared import Prepared
@@ -72,8 +72,10 @@ class _Launcher:
     (`TimedLaunches.reserve_s`), a checked run takes at most its share of the time left, and
     a launch that would start with less than MIN_RUN_S is skipped, saying why. A run of the
     submission is held to its pace (`Paces`): stopped there, the reference solution's same run
-    is launched (once) to measure it, and the submission's launched again only where that
-    leaves it markedly more time. On a terminal, each launch is told as it starts and as it
+    is launched (once) to measure it, and the submission's launched again where that leaves
+    it markedly more time, or, with WORKING_RELAUNCH_FACTOR × the time it had, where its runs so far
+    ended by themselves (a program that works, stopped by a burst of load: measured in CI, p6's
+    timed run stopped at 4 s where the reference's took 0.7 s just after). On a terminal, each launch is told as it starts and as it
     ends, with its time."""
 
     runner: JobRunner
@@ -105,6 +107,8 @@ class _Launcher:
         pace = self.paces.limit_s(run, steps, timed) if reference_s is not None else None
         if pace is None or pace > RELAUNCH_GAIN * result.spec.timeout_s:
             result, _ = self._launch(run, role, repeat, steps, shares, pace)
+        elif self.paces.own_s:  # its runs so far ended by themselves: a stop at its pace is likelier the machine's load than a hang
+            result, _ = self._launch(run, role, repeat, steps, shares, WORKING_RELAUNCH_FACTOR * result.spec.timeout_s)
         return replace(result, reference_s=reference_s)
 
     def _launch(self, run: RunDef, role: str, repeat: int, steps: int | None, shares: int, pace: float | None = None) -> tuple[JobResult, bool]:

@@ -206,14 +206,7 @@ class Measurement:
         launches, averaged over the steps (by the grader's clock: its median pair's step).
         Work the program does in some steps, the same ones in every launch (one step in five,
         most steps, the first timed one), stays in it; a step another process slowed in one
-        launch does not. Where the launches asked for different step counts cost more than
-        COUNT_SPREAD apart, the dearer count's (`cost_by_count`): a step costs what it costs
-        whatever the count, and a script that does less work per step when it is asked for
-        one count than for the other (its steps' work done ahead of the loop for one count
-        only) is judged by the other."""
-        by_count = self.cost_by_count()
-        if len(by_count) > 1 and max(by_count.values()) > COUNT_SPREAD * min(by_count.values()):
-            return max(by_count.values())
+        launch does not. (Launches of two step counts: `cost_ratio`.)"""
         return _step_cost(self.launch_steps_s) if self.launch_steps_s else self.typical_s
 
     def cost_by_count(self) -> dict[int, float]:
@@ -224,20 +217,21 @@ class Measurement:
         counts = sorted({asked for asked in self.launch_asked if asked is not None})
         return {count: _step_cost([steps for steps, asked in zip(self.launch_steps_s, self.launch_asked) if asked == count]) for count in counts}
 
+    def lead_jitter_s(self) -> float:
+        """How much the first timed step's beginning varied between launches asked for the
+        same steps (the widest spread over the counts): start-up's noise on this machine now."""
+        by_count: dict[int, list[float]] = {}
+        for steps, lead in self.leads:
+            by_count.setdefault(steps, []).append(lead)
+        return max((max(leads) - min(leads) for leads in by_count.values()), default=0.0)
+
     def describe_cost(self, records: bool = True) -> str:
         """'12.90 ms per step (each of its 18 timed steps by its median over 3 launches;
         fastest tenth 12.31 ms)'; by the grader's clock, `describe`."""
         if not self.launch_steps_s:
             return self.describe(records)
         count = min(len(steps) for steps in self.launch_steps_s)
-        return f"{self.cost_s * 1000:.2f} ms per step (each of its {count} timed steps by its median over {len(self.launch_steps_s)} launches; fastest tenth {self.undisturbed_s * 1000:.2f} ms{self._counts()}{self._lead()})"
-
-    def _counts(self) -> str:
-        by_count = self.cost_by_count()
-        if len(by_count) < 2 or max(by_count.values()) <= COUNT_SPREAD * min(by_count.values()):
-            return ""
-        shown = ", ".join(f"{cost * 1000:.2f} ms a step in its launches of {count} steps" for count, cost in by_count.items())
-        return f"; {shown}: the dearer counts"
+        return f"{self.cost_s * 1000:.2f} ms per step (each of its {count} timed steps by its median over {len(self.launch_steps_s)} launches; fastest tenth {self.undisturbed_s * 1000:.2f} ms{self._lead()})"
 
     def _lead(self) -> str:
         slope = self.lead_slope_s()
@@ -308,7 +302,7 @@ class TimedRuns:
         return next((launch.spec.ddp_options for launch in self.reference if launch.spec.ddp_options is not None), None)
 
 
-COUNT_SPREAD = 1.25  # launches of two step counts whose steps cost more than this many times apart are judged by the dearer (`Measurement.cost_s`); a burst of load that moves one count alone makes a failing verdict wait for more rounds, each count's launches then more than one
+COUNT_SPREAD = 1.25  # launches of two step counts whose ratios to the reference's are more than this many times apart are judged by the dearer (`cost_ratio`); a burst of load that moves one count alone makes a failing verdict wait for more rounds, each count's launches then more than one
 
 
 def _step_cost(launches: Sequence[Sequence[float]]) -> float:
@@ -384,8 +378,14 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
 
     By the hub's clock (launches asked for the run's steps and STRETCH times them:
     grader/speed/schedule.py): the work it does before its first timed step that grows with
-    the steps asked (`Measurement.lead_slope_s`), beyond the reference's and beyond
-    LEAD_SLACK of a reference step (the noise of start-up), is charged to every step. A
+    the steps asked (`Measurement.lead_slope_s`), beyond LEAD_SLACK of a reference step and
+    beyond start-up's noise as the reference's launches show it (the widest spread of that
+    time between its launches of the same steps: `Measurement.lead_jitter_s`, over the steps
+    between the two counts; the submission's own spread is its to make), is charged to every
+    step. (The reference's own growth is not
+    subtracted: its programs do no step's work before their loop, and what its launches show
+    is start-up's noise; subtracted, a burst of load in one reference launch let three
+    forward passes a step moved ahead of p6's loop pass.) A
     script that does each step's work ahead of the loop (precompute, then replay) pays it per
     step; a cost that does not grow with the steps (imports, `torch.compile`'s compilation)
     is what a long training pays once, and is not charged.
@@ -395,10 +395,11 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
     if own.outside_s is not None and reference.outside_s is not None and own.pair_steps is not None and own.outside_s > reference.outside_s:
         extra = own.outside_s - reference.outside_s
         per_step = extra / own.pair_steps[1]
-    slopes = own.lead_slope_s(), reference.lead_slope_s()
+    slope = own.lead_slope_s()
     lead = 0.0
-    if slopes[0] is not None and slopes[1] is not None and reference.timed:
-        lead = max(slopes[0][0] - max(slopes[1][0], 0.0) - LEAD_SLACK * reference.cost_s, 0.0)
+    if slope is not None and reference.timed and reference.launch_steps_s:
+        noise = reference.lead_jitter_s() / (slope[3] - slope[1])
+        lead = max(slope[0] - LEAD_SLACK * reference.cost_s - noise, 0.0)
     if not per_step and not lead:
         return own
     added = per_step + lead
@@ -415,10 +416,39 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
 LEAD_SLACK = 0.1  # of a reference step: how much the first timed step may begin later per step asked before it is charged (`charged`)
 
 
+def count_ratios(own: Measurement, reference: Measurement) -> dict[int, float]:
+    """Per step count both sides' launches asked for, what the submission's steps cost against
+    the reference's in launches of that count (empty where they asked for fewer than two)."""
+    mine, theirs = own.cost_by_count(), reference.cost_by_count()
+    counts = [count for count in mine if count in theirs]
+    return {count: mine[count] / theirs[count] for count in counts} if len(counts) > 1 else {}
+
+
 def cost_ratio(own: Measurement, reference: Measurement) -> float:
     """What the submission's steps cost against the reference's (`Measurement.cost_s`), both
-    sides launched alternately under the same load."""
+    sides launched alternately under the same load. Where the launches asked for two step
+    counts and the ratios of the two counts' launches are more than COUNT_SPREAD apart, the
+    dearer count's (`count_ratios`): a step costs what it costs whatever the count, and a
+    script that does less work per step when asked for one count than for the other (its
+    steps' work done ahead of the loop for one count only) is judged by the other. Each
+    count's ratio pairs launches made one after the other, under the same load; the
+    reference's launches are never judged by a dearer count alone (one disturbed reference
+    launch let a script that moved its work pass at 0.75×)."""
+    ratios = count_ratios(own, reference)
+    if ratios and max(ratios.values()) > COUNT_SPREAD * min(ratios.values()):
+        return max(ratios.values())
     return own.cost_s / reference.cost_s
+
+
+def describe_counts(own: Measurement, reference: Measurement) -> str:
+    """'; 5.00 ms a step in your launches of 20 steps (the reference's 20.00 ms), 30.00 ms in
+    those of 60 (20.00 ms): the dearer count decides' where it does (`cost_ratio`)."""
+    ratios = count_ratios(own, reference)
+    if not ratios or max(ratios.values()) <= COUNT_SPREAD * min(ratios.values()):
+        return ""
+    mine, theirs = own.cost_by_count(), reference.cost_by_count()
+    shown = [f"{mine[count] * 1000:.2f} ms a step in {'your launches' if index == 0 else 'those'} of {count}{' steps' if index == 0 else ''} (the reference's {theirs[count] * 1000:.2f} ms)" for index, count in enumerate(ratios)]
+    return f"; {', '.join(shown)}: the dearer count decides"
 
 
 def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:

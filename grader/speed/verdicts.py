@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
-from grader.speed.measure import Measurement, TimedRuns, charged, cost_ratio, measure
+from grader.speed.measure import Measurement, TimedRuns, charged, cost_ratio, describe_counts, measure
 
 NOT_TIMED = "this grading did not time it (speed is measured by the autograder, from the spec's runs)"
 
@@ -82,7 +82,7 @@ def efficiency(ctx: CheckContext) -> Verdict:
         ok = ratio <= limit
         passed &= ok
         adopted = _adopted_options(ctx, run.spec.name)
-        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_cost()}, the reference {reference.describe_cost(records=False)}{adopted}")
+        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_cost()}, the reference {reference.describe_cost(records=False)}{describe_counts(own, reference)}{adopted}")
         data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data()}
     summary = "; ".join(lines) if passed else next(line for line in lines if "allowed" in line)
     return Verdict(passed, summary, tuple(lines), data={"speed": data})
