@@ -157,8 +157,7 @@ def test_a_timed_launch_must_do_the_work_the_hub_shows_it_and_times_it_by_its_cl
     is timed; the cheat's fast launch trained on one row, which what its ranks all-reduced
     shows, so it cannot be timed. A correct script whose sampler shuffles anew in each of the
     20 steps is timed. A correct script that does needless work in every step, behind a clock
-    of its own slowed to a third, fails: the hub's clock times its steps (in full, it is graded
-    so beside the hostile corpus's saboteur)."""
+    of its own slowed to a third, fails: the hub's clock times its steps."""
     from grader.results.model import Status
 
     unusual = next(v for v in UNUSUAL_VARIANTS if "shuffling_each_step" in v.name)
@@ -177,16 +176,14 @@ def test_work_moved_before_the_first_timed_step_is_charged_where_it_grows_with_t
     """Two rounds: p6's timed run of 12 steps, then of 36 (grader/speed/schedule.py STRETCH).
     Each step's work done ahead of the loop makes the first timed step begin later the more
     steps are asked: charged to every step, it fails efficiency; a second of set-up that does
-    not grow with the steps (torch.compile's compilation) is not charged beyond start-up's
-    noise."""
+    not grow with the steps (torch.compile's compilation) passes."""
     from grader.results.model import Status
 
     spec = TIMED_ONLY.replace("timing: {repeats: 1, warmup_steps: 2}", "timing: {repeats: 2, warmup_steps: 2}").replace("steps: 20, lr: 0.01", "steps: 12, lr: 0.01")
     hoisted, constant = (next(c for c in report.checks if c.id == "efficiency") for report in grade_timed_only(tmp_path, (HOISTED_WORK, CONSTANT_START), spec))
     assert hoisted.status is Status.FAILED and HOISTED_WORK.messages["efficiency"] in hoisted.summary and "above the 1.3× allowed" in hoisted.summary, hoisted.summary
     assert "in launches of 12 steps" in hoisted.summary and "in those of 36" in hoisted.summary, hoisted.summary
-    timed = constant.data["speed"]["timed"]
-    assert constant.status is Status.PASSED and timed["submission"]["lead_charged_step_s"] < 0.1 * timed["reference"]["cost_step_s"], constant.summary  # at most start-up's noise: one launch per count
+    assert constant.status is Status.PASSED, constant.summary  # start-up's noise in one launch per count may charge a little, never a fail
 
 
 # p6's timed run as on a GPU node's real GPUs, which the hub does not carry: the grader's clock

@@ -189,16 +189,15 @@ def hub_timed(name: str, steps: int, lead_s: float, step_s: float = 0.02) -> Job
     [
         ({20: 0.2, 60: 0.21}, 0.0),  # the reference's start-up
         ({20: 3.2, 60: 3.25}, 0.0),  # a constant cost (torch.compile's compilation): what a long training pays once
-        ({20: 0.4, 60: 1.0}, 15.0 - 2.0 - 0.25),  # 15 ms of each step's work done before the first timed step, less the slack (10 % of 20 ms) and start-up's noise (the reference's 0.01 s over 40 steps)
+        ({20: 0.4, 60: 1.0}, 15.0 - 2.0),  # 15 ms of each step's work done before the first timed step, less the slack (10 % of 20 ms)
     ],
     ids=["as_the_reference", "constant_start_up", "work_hoisted_before_the_steps"],
 )
 def test_work_before_the_first_timed_step_is_charged_where_it_grows_with_the_steps_asked(own_leads: dict[int, float], charged_ms: float) -> None:
     """By the hub's clock, a run's launches ask for its steps and 3 × them in turn: work done
     before the first timed step that grows with the steps asked (precompute, then replay) is
-    charged to every step, less start-up's noise as the reference's launches of one count show
-    it (0.01 s at 20 steps; the submission's own spread, 0.05 s, is its to make); a start-up
-    that does not grow is not."""
+    charged to every step (the least time per count: load only delays); a start-up that does
+    not grow is not."""
     reference = tuple(hub_timed("timed@reference", steps, lead) for steps, lead in ((20, 0.2), (60, 0.2), (20, 0.21)))
     own = tuple(hub_timed("timed", steps, own_leads[steps] + extra) for steps, extra in ((20, 0.0), (60, 0.0), (20, 0.05)))
     verdict = speed.efficiency(context(["timed"], {"timed": timing.TimedRuns(own=own, reference=reference)}, {"max_ratio": 1.3}, warmup=2))
@@ -207,7 +206,7 @@ def test_work_before_the_first_timed_step_is_charged_where_it_grows_with_the_ste
     assert data["ratio"] == pytest.approx((20 + charged_ms) / 20)
     if charged_ms:
         assert not verdict.passed
-        assert "with 12.75 ms a step of work done before the first timed step that grows with the steps asked: that step began 0.40 s after the start in launches of 20 steps, 1.00 s in those of 60" in verdict.summary, verdict.summary
+        assert "with 13.00 ms a step of work done before the first timed step that grows with the steps asked: that step began 0.40 s after the start in launches of 20 steps, 1.00 s in those of 60" in verdict.summary, verdict.summary
     else:
         assert verdict.passed and "before the first timed step" not in verdict.summary, verdict.summary
 
@@ -645,10 +644,22 @@ def test_a_run_stopped_at_its_pace_is_launched_again_with_twice_the_time_where_t
         return replace(carried(job), wall_s=0.6)
 
     runner = FakeRunner(stalled_once)
-    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5, timing=False))
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
     own = [job for job in runner.jobs if job.name.startswith("timed") and "@reference" not in job.name]
-    assert [job.timeout_s for job in own] == [pytest.approx(4.0), pytest.approx(8.0)], [(job.name, job.timeout_s) for job in runner.jobs]
+    assert [job.timeout_s for job in own[:2]] == [pytest.approx(12.0), pytest.approx(24.0)], [(job.name, job.timeout_s) for job in runner.jobs]  # 20 × the reference's 0.6 s, then twice that
+    assert own[0].name == own[1].name == "timed"
     assert next(c for c in report.checks if c.id == "clean_exit").status is Status.PASSED
+
+
+def test_without_timing_the_timing_workload_is_not_launched_where_its_checks_read_other_runs(carried_practical) -> None:
+    """--no-timing: the timed run, which clean_exit reads beside ws2, is not launched (a
+    quicker self-check or test), and the report says so."""
+    practical, submission, solutions = carried_practical
+    runner = FakeRunner(lambda job: replace(carried(job), wall_s=0.6))
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5, timing=False))
+    assert [job.name for job in runner.jobs] == ["ws2"]
+    assert next(c for c in report.checks if c.id == "clean_exit").status is Status.PASSED
+    assert "--no-timing: the speed checks were left out, and their timing workload (timed) not launched" in report.notes
 
 
 def test_a_program_slow_in_every_run_keeps_its_own_pace_and_a_limit_given_is_kept(carried_practical) -> None:

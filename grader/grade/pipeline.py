@@ -36,7 +36,7 @@ from grader.grade.intake import take, unrunnable
 from grader.grade.machine import machine_key
 from grader.grade.options import MIN_RUN_S, RELAUNCH_GAIN, WORKING_RELAUNCH_FACTOR, GradeOptions, run_share_s, time_limits
 from grader.grade.pace import Paces
-from grader.grade.plan import JobMaker, carried, choose_args, deferred_checks, drawn_note, plan_runs, reference_at_hand, runs_of
+from grader.grade.plan import JobMaker, carried, choose_args, deferred_checks, drawn_note, plan_runs, reference_at_hand, runs_of, untimed_workloads
 from grader.grade.prepared import Prepared
 from grader.probe.messages import DdpOptions
 from grader.results.model import CheckResult, GradingReport, RunSummary, Status
@@ -231,7 +231,8 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         env = {**environment(args.get(assignment.seed_argument) if assignment.seed_argument else None), "isolation": runner.isolation, "gpu_telemetry": runner.telemetry}
         deferred = deferred_checks(practical, checks, env["cuda_gpus"], options)
         graded = tuple(c for c in checks if c.id not in deferred)
-        runs = plan_runs(assignment, graded, options, env["cuda_gpus"])
+        workloads = runs_of(practical, assignment.checks, lambda definition: definition.timed)
+        runs = plan_runs(assignment, graded, options, env["cuda_gpus"], workloads)
         timed = timed_runs(practical, graded, runs)
         submission, taken = take(submission, staging / "taken")
         taken = replace(taken, problem=refused or taken.problem)
@@ -247,7 +248,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         checked = tuple(r for r in runs if not r.solution and (r.name in judged or options.world_size is not None))
         references = practical.module.references(args, checked)  # the expected values; speed-only runs need none
         gpus = env["cuda_gpus"]
-        job_for = JobMaker(practical, options, args, folder, prepared, limits.run_s, timed, runs_of(practical, assignment.checks, lambda definition: definition.timed), gpus)
+        job_for = JobMaker(practical, options, args, folder, prepared, limits.run_s, timed, workloads, gpus)
         hub_timing = HubTiming(practical, args, tuple(r for r in timed if carried(r, gpus)))
         schedule = Schedule(timed, reference_launched(practical, graded, runs), assignment.timing.repeats, doubts(practical, graded, assignment.timing.warmup_steps, hub_timing), clocked_steps(assignment, args, timed, gpus), stretched_steps(assignment, args, timed, gpus))
         paces = Paces(options.run_timeout_s is None and reference_at_hand(practical, options), gpus)
@@ -314,7 +315,10 @@ def left_out(practical: Practical, checks: tuple[CheckSpec, ...], options: Grade
             "the uneven splits) are not looked for — the autograder runs them all"
         )
     if not options.timing:
-        notes.append("--no-timing: the speed checks were left out")
+        workloads = runs_of(practical, practical.assignment.checks, lambda definition: definition.timed)
+        judged = tuple(c for c in checks if not practical.module.CHECKS[c.check].timed)
+        unlaunched = sorted(untimed_workloads(judged, workloads) & {name for c in judged for name in c.runs}) if options.world_size is None else []
+        notes.append("--no-timing: the speed checks were left out" + (f", and their timing workload{'s' if len(unlaunched) > 1 else ''} ({', '.join(unlaunched)}) not launched" if unlaunched else ""))
     return tuple(notes)
 
 

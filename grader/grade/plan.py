@@ -71,17 +71,27 @@ def carrier_plan(run: RunDef, timed: tuple[RunDef, ...], workloads: frozenset[st
     return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_BYTES, keep_broadcasts=True)
 
 
-def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions, gpus: int = 0) -> tuple[RunDef, ...]:
+def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions, gpus: int = 0, workloads: frozenset[str] = frozenset()) -> tuple[RunDef, ...]:
     """The launches a grading performs on a machine with `gpus` CUDA GPUs: those the selected
-    checks use, or the override."""
+    checks use, or the override. With `--no-timing`, the timing workloads (`workloads`: the runs
+    a speed check of the spec times) are left out where every check that reads them has other
+    runs too (p6's and p10's `clean_exit` read the timed run beside five others)."""
     if options.world_size is not None:
         runs: tuple[RunDef, ...] = (RunDef(name=f"ws{options.world_size}", layout=Layout(1, options.world_size), carried=any(run.carried for run in assignment.runs)),)
     else:
         wanted = {name for check in checks for name in check.runs}
+        if not options.timing:
+            wanted -= untimed_workloads(checks, workloads)
         runs = tuple(run for run in assignment.runs if run.name in wanted)
     if options.virtual_gpus is not None:
         runs = tuple(replace(run, virtual_gpus=options.virtual_gpus) for run in runs)
     return tuple(on_this_machine(run, gpus) for run in runs)
+
+
+def untimed_workloads(checks: tuple[CheckSpec, ...], workloads: frozenset[str]) -> set[str]:
+    """The timing workloads a grading without timing leaves out: those every check of `checks`
+    that reads them reads beside other runs."""
+    return {name for name in workloads if all(set(check.runs) - workloads for check in checks if name in check.runs)}
 
 
 def choose_args(assignment: Assignment, seed: int | None) -> dict:
