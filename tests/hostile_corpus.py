@@ -15,7 +15,7 @@ from typing import Callable
 
 from helpers import make_deep_tree
 from hostile_text import BILLION_LAUGHS, FAKE_SCORE, HOSTILE_TEXTS
-from p6_variants import LOSS
+from p6_variants import SLOW_VARIANT
 
 ROOT = Path(__file__).resolve().parents[1]
 P6 = (ROOT / "solutions" / "p6" / "p6_ddp.py").read_text()
@@ -474,9 +474,9 @@ raise SystemExit(5)
 P4_SHELL_LINES = "!echo \x1b[2J\x1b[H" + FAKE_SCORE + "\n!rm -rf /\n"
 
 P5_SOLUTION = {n: (ROOT / "solutions" / "p5" / n).read_text() for n in ("p5_dp.py", "p5_single.py")}
-# slow in every step (three forward passes more: about 2×, where SLOW_VARIANT's norms cost 13×
-# and made this the suite's slowest case, 65 s): failing efficiency rests on the grader's clock
-SLOW_P6 = (LOSS + "    with torch.no_grad():\n        for _ in range(3):\n            model(x)\n").join(P6.split(LOSS))
+# slow in every step (tests/p6_variants.py SLOW_VARIANT's diagnostics: about 3×; its former
+# SVDs, 13×, made this the suite's slowest case, 65 s): failing efficiency rests on the grader's clock
+SLOW_P6 = SLOW_VARIANT.edits[0][2].join(P6.split(SLOW_VARIANT.edits[0][1]))
 assert SLOW_P6 != P6
 
 MORE_CASES = (
