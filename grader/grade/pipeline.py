@@ -73,10 +73,10 @@ class _Launcher:
     a launch that would start with less than MIN_RUN_S is skipped, saying why. A run of the
     submission is held to its pace (`Paces`): stopped there, the reference solution's same run
     is launched (once) to measure it, and the submission's launched again where that leaves
-    it markedly more time, or, with WORKING_RELAUNCH_FACTOR × the time it had, where its runs so far
-    ended by themselves (a program that works, stopped by a burst of load: measured in CI, p6's
-    timed run stopped at 4 s where the reference's took 0.7 s just after). On a terminal, each launch is told as it starts and as it
-    ends, with its time."""
+    it markedly more time, or, with WORKING_RELAUNCH_FACTOR × the time it had, where its runs
+    so far ended by themselves (a program that works, stopped by a burst of load: in CI, p6's
+    timed run stopped at 4 s where the reference's took 0.7 s just after). On a terminal,
+    each launch is told as it starts and as it ends, with its time."""
 
     runner: JobRunner
     job_for: JobMaker
@@ -306,8 +306,8 @@ def left_out(practical: Practical, checks: tuple[CheckSpec, ...], options: Grade
     """What a quicker grading (`--world-size`, `--no-timing`) did not do, said in the report: a
     score from it is not the autograder's."""
     notes = []
+    judged = tuple(c for c in checks if not practical.module.CHECKS[c.check].timed)
     if options.world_size is not None:
-        judged = tuple(c for c in checks if not practical.module.CHECKS[c.check].timed)
         replaced = [run.name for run in plan_runs(practical.assignment, judged, replace(options, world_size=None))]
         notes.append(
             f"quick mode: one run of {options.world_size} rank{'s' if options.world_size > 1 else ''} on one node replaced the runs "
@@ -316,7 +316,6 @@ def left_out(practical: Practical, checks: tuple[CheckSpec, ...], options: Grade
         )
     if not options.timing:
         workloads = runs_of(practical, practical.assignment.checks, lambda definition: definition.timed)
-        judged = tuple(c for c in checks if not practical.module.CHECKS[c.check].timed)
         unlaunched = sorted(untimed_workloads(judged, workloads) & {name for c in judged for name in c.runs}) if options.world_size is None else []
         notes.append("--no-timing: the speed checks were left out" + (f", and their timing workload{'s' if len(unlaunched) > 1 else ''} ({', '.join(unlaunched)}) not launched" if unlaunched else ""))
     return tuple(notes)

@@ -406,35 +406,34 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
 LEAD_SLACK = 0.1  # of a reference step: how much the first timed step may begin later per step asked before it is charged (`charged`)
 
 
-def count_ratios(own: Measurement, reference: Measurement) -> dict[int, float]:
+def deciding_counts(own: Measurement, reference: Measurement) -> dict[int, float]:
     """Per step count both sides' launches asked for, what the submission's steps cost against
-    the reference's in launches of that count (empty where they asked for fewer than two)."""
+    the reference's in launches of that count, where those ratios are more than COUNT_SPREAD
+    apart (the dearer then decides: `cost_ratio`); empty otherwise."""
     mine, theirs = own.cost_by_count(), reference.cost_by_count()
-    counts = [count for count in mine if count in theirs]
-    return {count: mine[count] / theirs[count] for count in counts} if len(counts) > 1 else {}
+    ratios = {count: mine[count] / theirs[count] for count in mine if count in theirs}
+    return ratios if len(ratios) > 1 and max(ratios.values()) > COUNT_SPREAD * min(ratios.values()) else {}
 
 
 def cost_ratio(own: Measurement, reference: Measurement) -> float:
     """What the submission's steps cost against the reference's (`Measurement.cost_s`), both
     sides launched alternately under the same load. Where the launches asked for two step
     counts and the ratios of the two counts' launches are more than COUNT_SPREAD apart, the
-    dearer count's (`count_ratios`): a step costs what it costs whatever the count, and a
+    dearer count's (`deciding_counts`): a step costs what it costs whatever the count, and a
     script that does less work per step when asked for one count than for the other (its
     steps' work done ahead of the loop for one count only) is judged by the other. Each
     count's ratio pairs launches made one after the other, under the same load; the
     reference's launches are never judged by a dearer count alone (one disturbed reference
     launch let a script that moved its work pass at 0.75×)."""
-    ratios = count_ratios(own, reference)
-    if ratios and max(ratios.values()) > COUNT_SPREAD * min(ratios.values()):
-        return max(ratios.values())
-    return own.cost_s / reference.cost_s
+    ratios = deciding_counts(own, reference)
+    return max(ratios.values()) if ratios else own.cost_s / reference.cost_s
 
 
 def describe_counts(own: Measurement, reference: Measurement) -> str:
     """'; 5.00 ms a step in your launches of 20 steps (the reference's 20.00 ms), 30.00 ms in
     those of 60 (20.00 ms): the dearer count decides' where it does (`cost_ratio`)."""
-    ratios = count_ratios(own, reference)
-    if not ratios or max(ratios.values()) <= COUNT_SPREAD * min(ratios.values()):
+    ratios = deciding_counts(own, reference)
+    if not ratios:
         return ""
     mine, theirs = own.cost_by_count(), reference.cost_by_count()
     shown = [f"{mine[count] * 1000:.2f} ms a step in {'your launches' if index == 0 else 'those'} of {count}{' steps' if index == 0 else ''} (the reference's {theirs[count] * 1000:.2f} ms)" for index, count in enumerate(ratios)]
