@@ -57,6 +57,8 @@ EXPECTED: dict[str, dict] = {
     "model_parallel_needs_the_move": {"value": ["cuda:1", [5, 2], "same-device error"]},
     "optimizer_over_two_devices": {"value": [["cuda:0", "cuda:1"], ["cuda:0", "cuda:1"]]},
     "memory_statistics": {"value": [True, True, True, True]},
+    "memory_counted_in_the_caching_allocators_blocks": {"value": [[16 << 20, 12 << 20, 1024], True]},
+    "memory_of_ddp_buckets_and_gradients": {"value": [True, True]},
     "gpu0_carries_more_under_dataparallel": {"value": True},
     "timing_events": {"value": True},
     "every_way_of_naming_a_device": {

@@ -71,7 +71,7 @@ def test_threads_started_by_the_script_see_the_virtual_devices(tmp_path: Path) -
     done = run_cli("run", "--virtual-gpus", "2", "--", sys.executable, str(script), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "cuda:1 True"
-    assert done.stderr.count("virtual GPUs count the memory of the tensors Python saw on them") == 1  # not a silent wrong number: said once, where the script reads it
+    assert done.stderr.count("virtual GPUs count the memory of every tensor's storage") == 1  # not a silent wrong number: said once, where the script reads it
 
 
 BOUND_BARRIER = """

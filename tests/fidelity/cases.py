@@ -182,6 +182,38 @@ def memory_statistics():
     return [during - before >= 1 << 20, after <= before + 4096, torch.cuda.max_memory_allocated(0) >= during, torch.cuda.memory_allocated(1) < 1 << 20]
 
 
+@case(needs=1)
+def memory_counted_in_the_caching_allocators_blocks():
+    """A request is counted as the block the caching allocator gives it: 16,000,000 bytes take a
+    whole 16 MiB segment, 12,000,000 a whole 12 MiB one (what is left, under 1 MiB, is not split
+    off), 1,000 bytes a block of 1,024 (cache emptied first, so that every request gets a new segment)."""
+    torch.cuda.empty_cache()
+    kept, grew = [], []
+    for size in (16_000_000, 12_000_000, 1_000):
+        before = torch.cuda.memory_allocated(0)
+        kept.append(torch.empty(size, dtype=torch.uint8, device="cuda:0"))
+        grew.append(torch.cuda.memory_allocated(0) - before)
+    return [grew, torch.cuda.memory_reserved(0) >= torch.cuda.memory_allocated(0)]
+
+
+@case(needs=1)
+def memory_of_ddp_buckets_and_gradients():
+    """Memory torch's C++ code allocates counts: DDP's gradient buckets (a second copy of the
+    gradients) once DDP is built, the gradients once backward() has made them."""
+    torch.cuda.set_device(0)
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 1024)).to("cuda:0")
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    start = torch.cuda.memory_allocated(0)
+    with tempfile.TemporaryDirectory() as folder:
+        dist.init_process_group(init_method=f"file://{folder}/store", rank=0, world_size=1)
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0])
+        built = torch.cuda.memory_allocated(0)
+        ddp(torch.randn(8, 1024, device="cuda:0")).sum().backward()
+        trained = torch.cuda.memory_allocated(0)
+        dist.destroy_process_group()
+    return [params <= built - start < 2 * params, trained - built >= params]
+
+
 @case(needs=2)
 def gpu0_carries_more_under_dataparallel():
     for device in range(2):

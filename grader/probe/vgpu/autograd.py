@@ -123,8 +123,32 @@ def _backward(v: VirtualCuda, apply: Callable) -> Callable:
     return backward
 
 
+def gpu_leaves(roots: Sequence[Any]) -> list[tuple[torch.Tensor, int]]:
+    """The leaves a backward from `roots` (tensors or gradient edges) accumulates gradients
+    into, that live on a virtual GPU, with their devices: the variables of the AccumulateGrad
+    nodes reachable from the roots' nodes."""
+    stack = [getattr(root, "grad_fn", None) or getattr(root, "node", None) for root in roots]
+    seen: set[Any] = set()
+    found = []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        leaf = getattr(node, "variable", None)
+        if isinstance(leaf, torch.Tensor):
+            tag = getattr(leaf, TAG, None)
+            if isinstance(tag, int) and tag >= 0:
+                found.append((leaf, tag))
+            continue
+        stack.extend(edge[0] for edge in node.next_functions)
+    return found
+
+
 class _Engine(torch._C._ImperativeEngine):
-    """The autograd engine, its queued callbacks run in the virtual mode."""
+    """The autograd engine, its queued callbacks run in the virtual mode. The gradients a
+    backward accumulates into leaves on virtual GPUs (made in C++) are put on the leaves'
+    devices when it ends, so that the memory statistics count them as CUDA would."""
 
     def __init__(self, vcuda: VirtualCuda) -> None:
         super().__init__()
@@ -132,6 +156,16 @@ class _Engine(torch._C._ImperativeEngine):
 
     def queue_callback(self, callback: Callable[[], None]) -> None:
         return super().queue_callback(in_mode(self.vcuda, callback))
+
+    def run_backward(self, roots: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+        accumulating = kwargs.get("accumulate_grad", args[5] if len(args) > 5 else True)
+        leaves = gpu_leaves(roots) if accumulating else []
+        result = super().run_backward(roots, *args, **kwargs)
+        for leaf, tag in leaves:
+            grad = leaf.grad
+            if grad is not None:
+                self.vcuda.tag(grad, tag)
+        return result
 
 
 def install_autograd(v: VirtualCuda) -> None:

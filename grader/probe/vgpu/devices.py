@@ -35,10 +35,11 @@ collectives).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import torch
 import torch.utils._device as default_device
@@ -74,32 +75,63 @@ def _property(func: Callable) -> tuple[str, str] | None:
     return None
 
 
+SMALL_REQUEST = 1 << 20  # kSmallSize: requests up to 1 MiB share 2 MiB segments
+LARGE_REQUEST = 10 << 20  # kMinLargeAlloc: from 10 MiB a request gets a segment of its own
+SEGMENT_ROUNDING = 2 << 20  # kRoundLarge: such a segment is rounded up to 2 MiB
+
+
+def block_size(nbytes: int) -> int:
+    """The bytes CUDA's caching allocator counts as allocated for a request of `nbytes`: the
+    request rounded up to 512 bytes, or, from 10 MiB, its whole segment (rounded up to 2 MiB)
+    when what would be left of it is at most 1 MiB, too little to split off
+    (c10/cuda/CUDACachingAllocator.cpp: round_size, get_allocation_size, should_split)."""
+    size = max(512, -(-nbytes // 512) * 512)
+    if size >= LARGE_REQUEST:
+        segment = -(-size // SEGMENT_ROUNDING) * SEGMENT_ROUNDING
+        if segment - size <= SMALL_REQUEST:
+            return segment
+    return size
+
+
 class MemoryStats:
-    """Bytes of the storages tagged on one virtual device, counted once per storage."""
+    """One virtual device's memory as CUDA's caching allocator reports it: each block (a storage,
+    or memory torch's C++ code holds) counted once, at its block size; reserved memory kept, as
+    the allocator keeps freed blocks, until empty_cache()."""
 
     def __init__(self) -> None:
         self.allocated = 0
         self.peak = 0
-        self.live: dict[int, list[int]] = {}  # storage pointer -> [bytes, tensors holding it]
+        self.requested = 0  # the bytes asked for, before rounding
+        self.requested_peak = 0
+        self.reserved = 0
+        self.reserved_peak = 0
+        self.blocks: dict[Hashable, tuple[int, int]] = {}  # a storage's pointer (or a key of torch's C++ memory) -> (block, requested)
 
-    def add(self, pointer: int, size: int) -> bool:
-        entry = self.live.get(pointer)
-        if entry is not None:
-            entry[1] += 1
-            return True
-        self.live[pointer] = [size, 1]
-        self.allocated += size
+    def add(self, key: Hashable, nbytes: int) -> bool:
+        """Count a block of `nbytes` requested (False: `key` is counted already)."""
+        if key in self.blocks:
+            return False
+        block = block_size(nbytes)
+        self.blocks[key] = (block, nbytes)
+        self.allocated += block
+        self.requested += nbytes
         self.peak = max(self.peak, self.allocated)
+        self.requested_peak = max(self.requested_peak, self.requested)
+        if self.allocated > self.reserved:
+            self.reserved = -(-self.allocated // SEGMENT_ROUNDING) * SEGMENT_ROUNDING
+            self.reserved_peak = max(self.reserved_peak, self.reserved)
         return True
 
-    def release(self, pointer: int) -> None:
-        entry = self.live.get(pointer)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] <= 0:
-            del self.live[pointer]
-            self.allocated -= entry[0]
+    def release(self, key: Hashable) -> None:
+        block, nbytes = self.blocks.pop(key, (0, 0))
+        self.allocated -= block
+        self.requested -= nbytes
+
+    def reset_peak(self) -> None:
+        self.peak, self.requested_peak, self.reserved_peak = self.allocated, self.requested, self.reserved
+
+    def empty_cache(self) -> None:
+        self.reserved = -(-self.allocated // SEGMENT_ROUNDING) * SEGMENT_ROUNDING
 
 
 def visible_devices(machine: int, value: str | None) -> list[int]:
@@ -132,6 +164,7 @@ class VirtualCuda:
         self.poisoned = False  # a child forked from now on cannot use CUDA (torch's fork handler is in place)
         self.in_bad_fork = False  # this process is such a child
         self._lock = threading.Lock()
+        self._held = itertools.count()  # keys of the blocks torch's C++ code holds
         self._local = threading.local()
         self.mode = _VirtualMode(self)
 
@@ -222,20 +255,35 @@ class VirtualCuda:
             return tensor
         setattr(tensor, TAG, index)
         if index >= 0:
-            try:
-                storage = tensor.untyped_storage()
-                pointer, size = storage.data_ptr(), storage.nbytes()
-            except (RuntimeError, NotImplementedError):
-                return tensor
-            stats = self.memory[index]
-            with self._lock:
-                stats.add(pointer, size)
-            weakref.finalize(tensor, self._release, index, pointer)
+            self.count_storage(tensor, index)
         return tensor
 
-    def _release(self, index: int, pointer: int) -> None:
+    def count_storage(self, tensor: torch.Tensor, index: int) -> None:
+        """Count the storage behind `tensor` on virtual device `index`, once, until the storage
+        itself is freed (a storage's Python object lives as long as the storage does)."""
+        try:
+            storage = tensor.untyped_storage()
+            pointer, size = storage.data_ptr(), storage.nbytes()
+        except (RuntimeError, NotImplementedError):
+            return
+        if not pointer:
+            return
         with self._lock:
-            self.memory[index].release(pointer)
+            counted = self.memory[index].add(pointer, size)
+        if counted:
+            weakref.finalize(storage, self.release, index, pointer)
+
+    def count_block(self, owner: Any, index: int, nbytes: int) -> None:
+        """Count `nbytes` that torch's C++ code holds for `owner` on device `index` (DDP's gradient
+        buckets), until `owner` is freed."""
+        key = ("held", next(self._held))
+        with self._lock:
+            self.memory[index].add(key, nbytes)
+        weakref.finalize(owner, self.release, index, key)
+
+    def release(self, index: int, key: Hashable) -> None:
+        with self._lock:
+            self.memory[index].release(key)
 
     def active(self) -> contextlib.AbstractContextManager:
         """The mode, entered unless this thread already has it (torch's autograd engine runs
@@ -246,7 +294,12 @@ class VirtualCuda:
 
     def reset_peak(self, index: int) -> None:
         with self._lock:
-            self.memory[index].peak = self.memory[index].allocated
+            self.memory[index].reset_peak()
+
+    def empty_cache(self) -> None:
+        with self._lock:
+            for stats in self.memory:
+                stats.empty_cache()
 
 
 class _VirtualMode(TorchFunctionMode):

@@ -261,6 +261,27 @@ def _fsdp1_on_virtual_gpus(vcuda: VirtualCuda, init_utils: ModuleType) -> None:
     replace_in_torch(_runtime_utils, "_post_backward_hook", in_mode(vcuda, _runtime_utils._post_backward_hook))
 
 
+def _ddp_buckets_counted(vcuda: VirtualCuda, distributed: ModuleType) -> None:
+    """DistributedDataParallel's gradient buckets, which its C++ reducer allocates on the
+    module's GPU, counted in that GPU's memory statistics while the DDP module lives (the sizes
+    DDP logs). With gradient_as_bucket_view the gradients are views of the buckets: counted once
+    they appear, after the first backward."""
+    ddp = distributed.DistributedDataParallel
+    build = ddp.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        build(self, *args, **kwargs)
+        device = next((getattr(p, TAG, None) for p in self.module.parameters() if p.requires_grad), None)
+        if not isinstance(device, int) or device < 0 or self.gradient_as_bucket_view:
+            return
+        sizes = str(self._get_ddp_logging_data().get("bucket_sizes", ""))
+        for size in sizes.split(","):
+            if size.strip().isdigit():
+                vcuda.count_block(self, device, int(size))
+
+    ddp.__init__ = dressed(__init__, build)
+
+
 def install_distributed(vcuda: VirtualCuda) -> None:
     """Run NCCL's process groups on gloo, barriers on the CPU, DTensor's random ops as on the CPU,
     RPC's remote functions in the mode, FSDP1 on the virtual GPUs (see the module docstring)."""
@@ -272,3 +293,4 @@ def install_distributed(vcuda: VirtualCuda) -> None:
     after_import("torch.distributed.rpc.internal", lambda internal: _rpc_on_virtual_gpus(vcuda, internal))
     after_import("torch.distributed.rpc.api", _rpc_api)
     after_import("torch.distributed.fsdp._init_utils", lambda init_utils: _fsdp1_on_virtual_gpus(vcuda, init_utils))
+    after_import("torch.nn.parallel.distributed", lambda distributed: _ddp_buckets_counted(vcuda, distributed))
