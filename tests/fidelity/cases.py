@@ -214,6 +214,33 @@ def memory_of_ddp_buckets_and_gradients():
     return [params <= built - start < 2 * params, trained - built >= params]
 
 
+def fsdp1_memory_of_a_rank(rank: int, folder: str) -> None:
+    """One of two ranks: a model's memory before FSDP1, once wrapped (its shard), and after a backward (shard and gradients)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    dist.init_process_group(init_method=f"file://{folder}/store", rank=rank, world_size=2)
+    torch.cuda.set_device(rank)
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 1024)).to(rank)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    wrapped = FullyShardedDataParallel(model, device_id=rank)
+    held = torch.cuda.memory_allocated(rank)
+    wrapped(torch.randn(8, 1024, device=rank)).sum().backward()
+    trained = torch.cuda.memory_allocated(rank)
+    with open(os.path.join(folder, f"rank{rank}.json"), "w") as out:
+        json.dump([held / params, trained / params], out)
+    dist.destroy_process_group()
+
+
+@case(needs=2)
+def memory_of_fsdp1_shards():
+    """FSDP1 over two ranks keeps half of the flat parameter on each GPU and frees the rest by
+    resizing storages to 0: a rank holds half the model once wrapped, and its gradients' half too after backward."""
+    with tempfile.TemporaryDirectory() as folder:
+        torch.multiprocessing.spawn(fsdp1_memory_of_a_rank, args=(folder,), nprocs=2)
+        shares = [json.load(open(os.path.join(folder, f"rank{rank}.json"))) for rank in range(2)]
+    return [[0.45 < held < 0.6, 0.9 < trained < 1.25] for held, trained in shares]
+
+
 @case(needs=2)
 def gpu0_carries_more_under_dataparallel():
     for device in range(2):

@@ -85,6 +85,8 @@ def block_size(nbytes: int) -> int:
     request rounded up to 512 bytes, or, from 10 MiB, its whole segment (rounded up to 2 MiB)
     when what would be left of it is at most 1 MiB, too little to split off
     (c10/cuda/CUDACachingAllocator.cpp: round_size, get_allocation_size, should_split)."""
+    if nbytes <= 0:
+        return 0
     size = max(512, -(-nbytes // 512) * 512)
     if size >= LARGE_REQUEST:
         segment = -(-size // SEGMENT_ROUNDING) * SEGMENT_ROUNDING
@@ -105,12 +107,22 @@ class MemoryStats:
         self.requested_peak = 0
         self.reserved = 0
         self.reserved_peak = 0
-        self.blocks: dict[Hashable, tuple[int, int]] = {}  # a storage's pointer (or a key of torch's C++ memory) -> (block, requested)
+        self.blocks: dict[Hashable, tuple[int, int]] = {}  # a storage (its id) or memory torch's C++ code holds -> (block, requested)
 
     def add(self, key: Hashable, nbytes: int) -> bool:
         """Count a block of `nbytes` requested (False: `key` is counted already)."""
         if key in self.blocks:
             return False
+        self._put(key, nbytes)
+        return True
+
+    def resize(self, key: Hashable, nbytes: int) -> None:
+        """A counted storage resized in place (FSDP frees and refills its flat parameters so)."""
+        if key in self.blocks:
+            self.release(key)
+            self._put(key, nbytes)
+
+    def _put(self, key: Hashable, nbytes: int) -> None:
         block = block_size(nbytes)
         self.blocks[key] = (block, nbytes)
         self.allocated += block
@@ -120,7 +132,6 @@ class MemoryStats:
         if self.allocated > self.reserved:
             self.reserved = -(-self.allocated // SEGMENT_ROUNDING) * SEGMENT_ROUNDING
             self.reserved_peak = max(self.reserved_peak, self.reserved)
-        return True
 
     def release(self, key: Hashable) -> None:
         block, nbytes = self.blocks.pop(key, (0, 0))
@@ -260,18 +271,23 @@ class VirtualCuda:
 
     def count_storage(self, tensor: torch.Tensor, index: int) -> None:
         """Count the storage behind `tensor` on virtual device `index`, once, until the storage
-        itself is freed (a storage's Python object lives as long as the storage does)."""
+        itself is freed (a storage's Python object is one per storage and lives as long as it:
+        its id is the key)."""
         try:
             storage = tensor.untyped_storage()
-            pointer, size = storage.data_ptr(), storage.nbytes()
+            size = storage.nbytes()
         except (RuntimeError, NotImplementedError):
             return
-        if not pointer:
-            return
         with self._lock:
-            counted = self.memory[index].add(pointer, size)
+            counted = self.memory[index].add(id(storage), size)
         if counted:
-            weakref.finalize(storage, self.release, index, pointer)
+            weakref.finalize(storage, self.release, index, id(storage))
+
+    def resized(self, storage: Any) -> None:
+        """`storage` was resized in place: its block follows (on the device that counts it)."""
+        with self._lock:
+            for stats in self.memory:
+                stats.resize(id(storage), storage.nbytes())
 
     def count_block(self, owner: Any, index: int, nbytes: int) -> None:
         """Count `nbytes` that torch's C++ code holds for `owner` on device `index` (DDP's gradient

@@ -83,6 +83,19 @@ def _eager_compile(compile_: Callable) -> Callable:
     return compile
 
 
+def _count_resized_storages(vcuda: VirtualCuda) -> None:
+    """UntypedStorage.resize_, after which the storage's block in the memory statistics
+    follows its new size (FSDP frees a flat parameter by resizing its storage to 0)."""
+    resize = torch.UntypedStorage.resize_
+
+    def resize_(storage: Any, size: int) -> Any:
+        result = resize(storage, size)
+        vcuda.resized(storage)
+        return result
+
+    torch.UntypedStorage.resize_ = dressed(resize_, resize)
+
+
 def install(count: int) -> VirtualCuda:
     """Make this process see `count` CUDA devices backed by its CPU; returns their state.
 
@@ -99,6 +112,7 @@ def install(count: int) -> VirtualCuda:
     torch.nn.Parameter.__new__ = staticmethod(parameter_new(vcuda, torch.nn.Parameter.__new__))
     _patch_data_parallel(vcuda, api)
     install_serialization(vcuda)
+    _count_resized_storages(vcuda)
     install_autograd(vcuda)
     install_autocast()
     install_distributed(vcuda)
