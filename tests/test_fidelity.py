@@ -60,6 +60,7 @@ EXPECTED: dict[str, dict] = {
     "memory_counted_in_the_caching_allocators_blocks": {"value": [[16 << 20, 12 << 20, 1024], True]},
     "memory_of_ddp_buckets_and_gradients": {"value": [True, True]},
     "memory_of_fsdp1_shards": {"value": [[True, True], [True, True]]},
+    "sharded_tensor_on_the_current_gpu": {"value": ["cuda:0", True]},
     "gpu0_carries_more_under_dataparallel": {"value": True},
     "timing_events": {"value": True},
     "every_way_of_naming_a_device": {

@@ -214,6 +214,22 @@ def memory_of_ddp_buckets_and_gradients():
     return [params <= built - start < 2 * params, trained - built >= params]
 
 
+@case(needs=1)
+def sharded_tensor_on_the_current_gpu():
+    """ShardedTensor's code names the current GPU by its index (torch.device(k)): .cuda() of a
+    sharded tensor and torch.equal of two (an all-reduce of the result on the GPU) work."""
+    from torch.distributed._shard import sharded_tensor
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+
+    with tempfile.TemporaryDirectory() as folder:
+        dist.init_process_group(init_method=f"file://{folder}/store", rank=0, world_size=1)
+        torch.cuda.set_device(0)
+        tensor = sharded_tensor.ones(ChunkShardingSpec(dim=0, placements=["rank:0/cuda:0"]), 4, 4)
+        seen = [str(tensor.cpu().cuda().local_shards()[0].tensor.device), torch.equal(tensor, tensor)]
+        dist.destroy_process_group()
+    return seen
+
+
 def fsdp1_memory_of_a_rank(rank: int, folder: str) -> None:
     """One of two ranks: a model's memory before FSDP1, once wrapped (its shard), and after a backward (shard and gradients)."""
     from torch.distributed.fsdp import FullyShardedDataParallel

@@ -58,6 +58,7 @@ mesh's device type, it works as on a CPU mesh:
 
 from __future__ import annotations
 
+import functools
 import inspect
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
@@ -282,6 +283,50 @@ def _ddp_buckets_counted(vcuda: VirtualCuda, distributed: ModuleType) -> None:
     ddp.__init__ = dressed(__init__, build)
 
 
+class _DeviceType(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, torch.device)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, torch.device)
+
+
+class _CudaIndexDevice(metaclass=_DeviceType):
+    """torch.device as a CUDA build reads it: torch.device(k), a bare int, is cuda:k (a CPU
+    build asks the accelerator, which is absent); isinstance() accepts torch's own devices."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> torch.device:  # type: ignore[misc]
+        if len(args) == 1 and not kwargs and is_index(args[0]):
+            return torch.device("cuda", args[0])
+        return torch.device(*args, **kwargs)
+
+
+class _TorchReadingIntsAsCuda(ModuleType):
+    """torch, for a module of torch's that writes torch.device(int): its `device` is _CudaIndexDevice."""
+
+    device = _CudaIndexDevice
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+def _sharded_tensor_on_cuda(vcuda: VirtualCuda, module: ModuleType) -> None:
+    """ShardedTensor's code makes torch.device(torch.cuda.current_device()) (its .cuda(), the
+    device of an empty shard's results) and torch.device(torch.accelerator.current_device_index())
+    (torch.equal and allclose of sharded tensors): the module's `torch` reads an int as cuda:k.
+    ShardedTensor's own ops (its __torch_function__, which torch calls outside the mode) run in the mode."""
+    module.torch = _TorchReadingIntsAsCuda("torch")  # type: ignore[attr-defined]
+    sharded = getattr(module, "ShardedTensor", None)
+    if sharded is not None and "__torch_function__" in vars(sharded):
+        function = sharded.__torch_function__.__func__
+
+        def __torch_function__(cls: type, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            with vcuda.active():
+                return function(cls, func, types, args, kwargs)
+
+        sharded.__torch_function__ = classmethod(functools.update_wrapper(__torch_function__, function))
+
+
 def install_distributed(vcuda: VirtualCuda) -> None:
     """Run NCCL's process groups on gloo, barriers on the CPU, DTensor's random ops as on the CPU,
     RPC's remote functions in the mode, FSDP1 on the virtual GPUs (see the module docstring)."""
@@ -294,3 +339,5 @@ def install_distributed(vcuda: VirtualCuda) -> None:
     after_import("torch.distributed.rpc.api", _rpc_api)
     after_import("torch.distributed.fsdp._init_utils", lambda init_utils: _fsdp1_on_virtual_gpus(vcuda, init_utils))
     after_import("torch.nn.parallel.distributed", lambda distributed: _ddp_buckets_counted(vcuda, distributed))
+    for name in ("api", "_ops.tensor_ops", "_ops.binary_cmp"):
+        after_import(f"torch.distributed._shard.sharded_tensor.{name}", lambda module: _sharded_tensor_on_cuda(vcuda, module))
