@@ -212,3 +212,40 @@ def test_the_least_disturbed_launch_passes_within_the_tolerance_of_the_theory_or
     loaded = BubbleSides([0.37], [0.28, 0.4], 0.2, 0.1)  # the reference's stages idle more than the theory says: a load on both sides
     assert loaded.limit == pytest.approx(0.38) and loaded.passed and not loaded.busy
     assert BubbleSides([0.2], [0.31, 0.45], 0.2, 0.1).busy  # the reference itself fails: deferred, the machine is too busy
+
+
+def record_of(reference, delivered: dict | None = None) -> list[Message]:
+    """The sends of a two-stage pipeline whose values are `reference`'s, in step order, each
+    step's activations before its gradients; `delivered` marks sends the hub replaced:
+    (step, forward, micro-batch) -> the values it delivered."""
+    stream, clock = [], 0.0
+    for step in range(reference.steps):
+        for forward, table in ((True, reference.activations), (False, reference.gradients)):
+            for micro, crossing in enumerate(table[step][0]):
+                clock += 1
+                given = (delivered or {}).get((step, forward, micro))
+                stream.append(Message(0 if forward else 1, 1 if forward else 0, clock, clock + 0.5, crossing.rows, crossing.total, crossing.values, given))
+    return stream
+
+
+def test_a_stage_must_compute_on_what_the_hub_delivered_and_one_that_relays_or_replays_is_named() -> None:
+    """The hub delivered step 1's micro-batch 2 activation with values of its own. An honest
+    pipeline's sends are the grader's training with that delivery (the gradient stage 1 sent
+    back follows from the hub's values); a stage 1 that sends what follows from the activation
+    that was sent (computed elsewhere, or ahead) is named; wrong values are neither."""
+    import torch
+
+    from grader.checks.pipeline import Delivered, read_deliveries, replayed
+    from grader.practicals.p7 import PipelineSettings, pipeline_training
+
+    reference = pipeline_training(PipelineSettings(seed=3, batch_size=16, micro_batches=4, dim=8, layers=2, steps=3, lr=0.1, stages=2))
+    values = torch.rand(reference.activations[1][0][2].values.shape, dtype=torch.float64) * 2 - 1
+    delivered = {(1, True, 2): values}
+    honest = record_of(reference.retrain((Delivered(1, 0, True, 2, values),)), delivered)
+    reading = read_deliveries(reference, honest, 1e-6, 1e-9)
+    assert reading is not None and len(reading.used) == 1 and not reading.ignored and replayed(reading) is None
+    relayed = replayed(read_deliveries(reference, record_of(reference, delivered), 1e-6, 1e-9))
+    assert relayed is not None and relayed.startswith("stage(s) 1 sent what follows from what was sent to them, not from what they received"), relayed
+    assert "step 1's micro-batch 2 activation to stage 1" in relayed
+    wrong = [Message(m.source, m.target, m.sent, m.received, m.rows, 2 * m.total, 2 * m.data, m.delivered) for m in honest]
+    assert read_deliveries(reference, wrong, 1e-6, 1e-9) is None

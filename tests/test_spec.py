@@ -74,6 +74,8 @@ def test_a_good_spec_loads_with_defaults_filled_in(tmp_path: Path) -> None:
         (("script: p6_ddp.py\n", "script: p6_ddp.py\ntiming: {warmup: 2}\n"), "timing.warmup", "one of the keys repeats, warmup_steps", "<an unknown key>"),
         (("{name: ws1, ranks_per_node: 1}", "{name: ws1, solution: ../p5}"), "runs[0].solution", "a practical's id (its reference solution runs instead of the submission)", "'../p5'"),
         (("{name: ws1, ranks_per_node: 1}", "{name: ws1, carried: yes please}"), "runs[0].carried", "true or false (the grader's hub carries the ranks' process groups)", "'yes please'"),
+        (("{name: ws1, ranks_per_node: 1}", "{name: ws1, substitutes: true, args: {dim: 4, micro_batches: 2}}"), "runs[0].substitutes", "carried: true as well (only the grader's hub substitutes sends)", "True"),
+        (("{name: ws1, ranks_per_node: 1}", "{name: ws1, carried: true, substitutes: true, args: {dim: 4}}"), "runs[0].args.micro_batches", "a whole number ≥ 1 (substitutes needs it)", "None"),
     ],
 )
 def test_a_bad_spec_says_where_what_was_expected_and_what_was_found(tmp_path: Path, change, key, expected, found) -> None:

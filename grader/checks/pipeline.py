@@ -15,7 +15,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from grader.checks import failures
 from grader.checks.answers import answer_number
@@ -23,7 +23,7 @@ from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult
-from grader.traffic.report import kept_tensors
+from grader.traffic.report import delivered_tensor, kept_tensors
 
 if TYPE_CHECKING:
     from grader.speed.measure import TimedRuns
@@ -41,9 +41,23 @@ class Crossing:
 
 
 @dataclass(frozen=True)
+class Delivered:
+    """A send the hub delivered with values of its own: the step, cut, direction and
+    micro-batch whose activation (forward) or gradient it carried, and the values delivered
+    (float64, flat)."""
+
+    step: int
+    cut: int
+    forward: bool
+    micro_batch: int
+    values: Any
+
+
+@dataclass(frozen=True)
 class PipelineReference:
     """The grader's training of a run: what crosses each cut between stage c and c + 1, by step,
-    cut and micro-batch (activations forward, their gradients backward)."""
+    cut and micro-batch (activations forward, their gradients backward). `retrain` is the same
+    training again where the hub delivered some sends with values of its own."""
 
     stages: int
     micro_batches: int
@@ -51,6 +65,7 @@ class PipelineReference:
     dim: int
     activations: tuple[tuple[tuple[Crossing, ...], ...], ...]
     gradients: tuple[tuple[tuple[Crossing, ...], ...], ...]
+    retrain: Callable[[tuple[Delivered, ...]], "PipelineReference"] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,7 @@ class Message:
     rows: int
     total: float
     data: Any = None  # its elements (float64, flat) where the hub kept them
+    delivered: Any = None  # what the receiver got instead (float64, flat), where the hub delivered values of its own
 
 
 def messages(report: TrafficReport, dim: int) -> list[Message]:
@@ -79,7 +95,7 @@ def messages(report: TrafficReport, dim: int) -> list[Message]:
         sent = part.inputs[0] if len(part.inputs) == 1 else None
         if sent is None or not sent.dtype.startswith("float") or not sent.shape or not sent.numel or sent.shape[-1] % dim:
             continue
-        found.append(Message(part.rank, carried.root, part.at, carried.done, sent.numel // dim, float(part.sums[0]), kept_tensors(carried, part.rank)))
+        found.append(Message(part.rank, carried.root, part.at, carried.done, sent.numel // dim, float(part.sums[0]), kept_tensors(carried, part.rank), delivered_tensor(carried)))
     return sorted(found, key=lambda m: m.sent)
 
 
@@ -127,12 +143,124 @@ def _stream_problem(stream: list[Message], expected: tuple[tuple[Crossing, ...],
     return None
 
 
+def _identify(reference: PipelineReference, message: Message, rtol: float, atol: float) -> Delivered | None:
+    """Which step's and micro-batch's crossing a send the hub delivered with its own values
+    carried, by what its stage sent (among the crossings of `reference`), or None."""
+    cut = min(message.source, message.target)
+    if abs(message.source - message.target) != 1 or cut >= reference.stages - 1:
+        return None
+    forward = message.target > message.source
+    table = reference.activations if forward else reference.gradients
+    found = next(((step, micro) for step, cuts in enumerate(table) for micro, crossing in enumerate(cuts[cut]) if same(message, crossing, rtol, atol)), None)
+    return None if found is None else Delivered(found[0], cut, forward, found[1], message.delivered)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the stages used the sends the hub delivered with its own values: the grader's
+    training with the ones `used` delivered (`reference`), and those whose receiver sent on
+    what follows from the values that were sent instead (`ignored`)."""
+
+    reference: PipelineReference
+    used: tuple[Delivered, ...]
+    ignored: tuple[Delivered, ...]
+
+
+def read_deliveries(reference: PipelineReference, stream: list[Message], rtol: float, atol: float) -> Reading | None:
+    """The reading of the hub's own deliveries under which every send is the grader's, the
+    one where the receivers used the most of them first (an honest pipeline uses them all),
+    or None where none is. Each delivery, in the order the hub delivered them, is found among
+    the crossings of the training so far by what its stage sent, and the training runs again
+    with it delivered where the reading has its receiver use it."""
+    delivered = sorted((m for m in stream if m.delivered is not None), key=lambda m: m.received)
+    if not delivered or reference.retrain is None:
+        return Reading(reference, (), ()) if not value_problems(reference, stream, rtol, atol) else None
+    for mask in sorted(range(2 ** len(delivered)), key=lambda m: -bin(m).count("1")):
+        current, used, ignored = reference, [], []
+        for index, message in enumerate(delivered):
+            found = _identify(current, message, rtol, atol)
+            if found is None:
+                break
+            if mask >> index & 1:
+                used.append(found)
+                current = current.retrain(tuple(used))
+            else:
+                ignored.append(found)
+        else:
+            if not value_problems(current, stream, rtol, atol):
+                return Reading(current, tuple(used), tuple(ignored))
+    return None
+
+
+def with_deliveries(reference: PipelineReference, stream: list[Message], rtol: float, atol: float) -> tuple[PipelineReference, tuple[Delivered, ...]]:
+    """The grader's training with every delivery of the hub's own values that can be found
+    (in the order delivered; a send not found stops there, its own mismatch being reported)."""
+    deliveries: list[Delivered] = []
+    for message in sorted((m for m in stream if m.delivered is not None), key=lambda m: m.received):
+        found = _identify(reference, message, rtol, atol) if reference.retrain is not None else None
+        if found is None:
+            break
+        deliveries.append(found)
+        reference = reference.retrain(tuple(deliveries))  # type: ignore[misc]
+    return reference, tuple(deliveries)
+
+
+def delivered_sends(deliveries: tuple[Delivered, ...]) -> str:
+    """"2 send(s) with values of its own (step 1's micro-batch 3 activation to stage 1; ...)"."""
+    said = "; ".join(
+        f"step {d.step}'s micro-batch {d.micro_batch} {'activation to stage' if d.forward else 'gradient to stage'} {d.cut + 1 if d.forward else d.cut}"
+        for d in deliveries
+    )
+    return f"{len(deliveries)} send(s) with values of its own ({said})"
+
+
+def describe_deliveries(deliveries: tuple[Delivered, ...]) -> str:
+    """What the hub delivered with its own values, and why, for a verdict."""
+    return (
+        f"the grader's hub delivered {delivered_sends(deliveries)}, as it does with one send each way between neighbouring stages: "
+        "a stage that computes on what it receives sends what follows from those values"
+    )
+
+
+def value_problems(reference: PipelineReference, stream: list[Message], rtol: float, atol: float) -> list[tuple[int, int, int, str]]:
+    """Where the sends across each cut, each way, are not the grader's training `reference`:
+    (step, 0 forward or 1 backward, cut, why), one per direction and cut that has one."""
+    problems = []
+    for cut in range(reference.stages - 1):
+        for direction, (source, target, what, expected) in enumerate(
+            ((cut, cut + 1, "activation", reference.activations), (cut + 1, cut, "gradient", reference.gradients))
+        ):
+            found = [m for m in stream if (m.source, m.target) == (source, target)]
+            problem = _stream_problem(found, tuple(step[cut] for step in expected), what, source, target, rtol, atol)
+            if problem:
+                problems.append((problem[0], direction, cut, problem[1]))
+    return problems
+
+
+def replayed(reading: Reading | None) -> str | None:
+    """Why the sends show that a stage did not compute on what it received, or None: every send
+    is the grader's only where some receivers of the hub's own values sent on what follows from
+    the values that were sent instead. Their work was done elsewhere (a stage that relays what
+    another process computed) or ahead (one that replays what it precomputed): the sends'
+    values and times then say nothing of the stages' passes."""
+    if reading is None or not reading.ignored:
+        return None
+    stages = sorted({d.cut + 1 if d.forward else d.cut for d in reading.ignored})
+    return (
+        f"stage(s) {', '.join(map(str, stages))} sent what follows from what was sent to them, not from what they received: the grader's hub "
+        f"delivered {delivered_sends(reading.ignored)} — what a stage sent was not computed from what it received (relayed from another process, "
+        "or computed ahead)"
+    )
+
+
 def p2p_values(ctx: CheckContext) -> Verdict:
     """Every stage sends each micro-batch's activation forward to the next stage and the
     gradient of its input back to the one before, with the values of the grader's own
     single-process training, in every step (so the parameter updates are right too: step k's
     activations depend on step k − 1's update). Compared element by element where the hub kept
-    the data, else by the sum it records."""
+    the data, else by the sum it records. Where the hub delivered a send with values of its
+    own, the training is the grader's with those values delivered: what a stage sends must
+    follow from what it received."""
     rtol, atol = ctx.options["rtol"], ctx.options["atol"]
 
     def judge(run: JobResult) -> tuple[bool, str]:
@@ -145,25 +273,25 @@ def p2p_values(ctx: CheckContext) -> Verdict:
         stream = messages(report, reference.dim)
         if not stream:
             return False, failures.explain(run) or "no activation or gradient crossed between the stages (dist.send/isend of a [rows, dim] tensor)"
-        problems = []  # (step, forward before backward, cut, message): the earliest is named
-        for cut in range(reference.stages - 1):
-            for direction, (source, target, what, expected) in enumerate(
-                ((cut, cut + 1, "activation", reference.activations), (cut + 1, cut, "gradient", reference.gradients))
-            ):
-                found = [m for m in stream if (m.source, m.target) == (source, target)]
-                problem = _stream_problem(found, tuple(step[cut] for step in expected), what, source, target, rtol, atol)
-                if problem:
-                    problems.append((problem[0], direction, cut, problem[1]))
+        reading = read_deliveries(reference, stream, rtol, atol)
+        relayed = replayed(reading)
+        if relayed:
+            return False, relayed
+        reference, deliveries = (reading.reference, reading.used) if reading else with_deliveries(reference, stream, rtol, atol)
+        problems = value_problems(reference, stream, rtol, atol)
         if problems:
             cause = failures.explain(run)
-            return False, min(problems)[3] + (f" — {cause}" if cause else "")
+            first = min(problems)
+            after = deliveries and first[0] >= min(d.step for d in deliveries)
+            return False, first[3] + (f" — {describe_deliveries(deliveries)}" if after else "") + (f" — {cause}" if cause else "")
         strays = [m for m in stream if abs(m.source - m.target) != 1]
         if strays:
             return False, f"stage {strays[0].source} sent stage {strays[0].target} a tensor of {strays[0].rows}×{reference.dim}: a stage talks to its neighbours only"
         sends = reference.steps * reference.micro_batches
         unkept = sum(m.data is None for m in stream)
         how = "element by element" if not unkept else f"element by element, {unkept} by their sums (the hub kept no more data)"
-        return True, f"{sends} activations and {sends} gradients across each of the {reference.stages - 1} cut(s), all the grader's ({how})"
+        also = f"; {len(deliveries)} delivered with the hub's own values, and what followed from them the grader's too" if deliveries else ""
+        return True, f"{sends} activations and {sends} gradients across each of the {reference.stages - 1} cut(s), all the grader's ({how}{also})"
 
     return per_run(ctx, judge, "every activation and gradient sent is the grader's")
 
@@ -261,6 +389,9 @@ def schedule_order(ctx: CheckContext) -> Verdict:
             return False, cause
         schedule = str(ctx.args_of(run)[ctx.options["schedule_argument"]])
         stream = messages(report, reference.dim)
+        relayed = replayed(read_deliveries(reference, stream, ctx.options["rtol"], ctx.options["atol"]))
+        if relayed:
+            return False, f"the order of the sends says nothing of the stages' passes: {relayed}"
         peaks = []
         for stage in range(reference.stages):
             reached, done = stage_events(stream, stage, reference.stages), stage_events(stream, stage, reference.stages, done=True)
@@ -555,7 +686,7 @@ CHECKS = MappingProxyType(
         check.id: check
         for check in (
             CheckDef("p2p_values", p2p_values, p2p_values.__doc__ or "", TOLERANCES),
-            CheckDef("schedule_order", schedule_order, schedule_order.__doc__ or "", {"schedule_argument": OptionDef(str, "schedule")}),
+            CheckDef("schedule_order", schedule_order, schedule_order.__doc__ or "", {"schedule_argument": OptionDef(str, "schedule"), **TOLERANCES}),
             CheckDef(
                 "bubble", bubble, bubble.__doc__ or "",
                 {

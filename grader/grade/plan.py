@@ -13,7 +13,7 @@ from grader.course import Practical
 from grader.grade.machine import usable_cpus
 from grader.grade.options import GradeOptions
 from grader.grade.prepared import Prepared
-from grader.probe.transport.traffic import CarrierPlan
+from grader.probe.transport.traffic import CarrierPlan, Substitution
 from grader.run.job import JobSpec, Layout
 from grader.spec import Assignment, CheckSpec, RunDef
 
@@ -56,19 +56,23 @@ def carried(run: RunDef, gpus: int) -> bool:
     return run.carried and (bool(run.virtual_gpus) or run.hide_gpus or not gpus)
 
 
-def carrier_plan(run: RunDef, timed: tuple[RunDef, ...], workloads: frozenset[str], run_timeout: float, trusted: bool = False) -> CarrierPlan:
+def carrier_plan(run: RunDef, timed: tuple[RunDef, ...], workloads: frozenset[str], run_timeout: float, trusted: bool = False, args: Mapping[str, Any] | None = None) -> CarrierPlan:
     """What the grader's hub of a carried launch is told: a collective may wait for its last
     member as long as the launch may run (a rank may take long to get there: torch.compile, a
     first DDP); a checked run's data is kept whole, a timed launch's first steps only (none of
     a `trusted` one, the reference solution's: its steps are found by their sizes), and none
     of a timing workload (`workloads`: the runs a speed check of the spec times) launched where
     no speed check reads it (`--no-timing`: it ran for `clean_exit` alone; p6's would carry
-    80 MiB of gradients to the grader for nothing)."""
+    80 MiB of gradients to the grader for nothing). A checked run that `substitutes` has one send
+    per direction between neighbouring ranks, among those of its second step (its `args`:
+    `micro_batches` sends a step, of `dim` columns), delivered with the hub's own values."""
     if run in timed:
         return CarrierPlan(wait_s=run_timeout, keep_bytes=0 if trusted else KEEP_TIMED_BYTES, keep_broadcasts=False, keep_sends=False)
     if run.name in workloads:
         return CarrierPlan(wait_s=run_timeout, keep_bytes=0, keep_broadcasts=False, keep_sends=False)
-    return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_BYTES, keep_broadcasts=True)
+    given = args or {}
+    substitute = Substitution(int(given["dim"]), int(given["micro_batches"]), int(given["micro_batches"])) if run.substitutes else None
+    return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_BYTES, keep_broadcasts=True, substitute=substitute)
 
 
 def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: GradeOptions, gpus: int = 0, workloads: frozenset[str] = frozenset()) -> tuple[RunDef, ...]:
@@ -77,7 +81,7 @@ def plan_runs(assignment: Assignment, checks: tuple[CheckSpec, ...], options: Gr
     a speed check of the spec times) are left out where every check that reads them has other
     runs too (p6's and p10's `clean_exit` read the timed run beside five others)."""
     if options.world_size is not None:
-        runs: tuple[RunDef, ...] = (RunDef(name=f"ws{options.world_size}", layout=Layout(1, options.world_size), carried=any(run.carried for run in assignment.runs)),)
+        runs: tuple[RunDef, ...] = (RunDef(name=f"ws{options.world_size}", layout=Layout(1, options.world_size), carried=any(run.carried for run in assignment.runs), substitutes=any(run.substitutes for run in assignment.runs)),)
     else:
         wanted = {name for check in checks for name in check.runs}
         if not options.timing:
@@ -196,6 +200,6 @@ class JobMaker:
             hide_gpus=run.hide_gpus,
             driver=self.prepared.driver and not solution,
             private=solution is not None,
-            carrier=carrier_plan(run, self.timed, self.workloads, self.run_timeout_s, trusted=solution is not None) if carried(run, self.gpus) else None,
+            carrier=carrier_plan(run, self.timed, self.workloads, self.run_timeout_s, trusted=solution is not None, args=run_args) if carried(run, self.gpus) else None,
             clock_steps=steps,
         )

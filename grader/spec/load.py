@@ -117,7 +117,7 @@ def _load_runs(top: _Node) -> tuple[RunDef, ...]:
     runs: list[RunDef] = []
     for index, item in enumerate(items):
         node = _Node(top.file, f"runs[{index}]", item)
-        node.only("name", "nodes", "ranks_per_node", "virtual_gpus", "script", "args", "solution", "carried")
+        node.only("name", "nodes", "ranks_per_node", "virtual_gpus", "script", "args", "solution", "carried", "substitutes")
         name = node.get("name", "a name (letters, digits, _ . -)", _name)
         if any(r.name == name for r in runs):
             raise SpecError(top.file, node.key("name"), "a name no other run has", name)
@@ -134,9 +134,24 @@ def _load_runs(top: _Node) -> tuple[RunDef, ...]:
                 args=_load_args(node.child("args", default={})),
                 solution=node.get("solution", "a practical's id (its reference solution runs instead of the submission)", _practical_id, None),
                 carried=node.get("carried", "true or false (the grader's hub carries the ranks' process groups)", lambda v: isinstance(v, bool), False),
+                substitutes=node.get("substitutes", "true or false (the hub delivers one send per direction with values of its own; needs carried: true)", lambda v: isinstance(v, bool), False),
             )
         )
     return tuple(runs)
+
+
+def _check_substitutes(path: Path, args: Mapping[str, Any], runs: tuple[RunDef, ...]) -> None:
+    """A run whose sends the hub substitutes is carried and has whole-number `dim` and
+    `micro_batches` arguments (the width of what crosses between stages, the sends of a step)."""
+    for index, run in enumerate(runs):
+        if not run.substitutes:
+            continue
+        given = {**args, **run.args}
+        if not run.carried:
+            raise SpecError(path, f"runs[{index}].substitutes", "carried: true as well (only the grader's hub substitutes sends)", True)
+        for name in ("dim", "micro_batches"):
+            if not _count(1)(given.get(name)):
+                raise SpecError(path, f"runs[{index}].args.{name}", "a whole number ≥ 1 (substitutes needs it)", given.get(name))
 
 
 def _load_timing(top: _Node) -> Timing:
@@ -228,6 +243,7 @@ def load_assignment(path: Path, available: Mapping[str, CheckDef]) -> Assignment
     if total_timeout < run_timeout:
         raise SpecError(path, timeouts.key("total_s"), f"at least run_s ({run_timeout:g})", total_timeout)
     runs = _load_runs(top)
+    _check_substitutes(path, args, runs)
     checks, timing = _load_checks(top, runs, available), _load_timing(top)
     _check_timed_steps(path, args, runs, checks, available, timing)
     return Assignment(

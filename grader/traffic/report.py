@@ -61,6 +61,22 @@ def kept_tensors(carried: Carried, rank: int) -> torch.Tensor | None:
     return _flat(carried, index)
 
 
+def delivered_tensor(carried: Carried) -> torch.Tensor | None:
+    """What the hub delivered in place of a send (CarrierPlan.substitute), flattened in
+    float64; None where it delivered what was sent (or the record does not hold one tensor)."""
+    import torch
+
+    from grader.probe.transport.collectives import tensors_of
+
+    if not carried.delivered or len(carried.members) != 1 or len(carried.members[0].inputs) != 1 or not _floating(carried):
+        return None
+    try:
+        (tensor,) = tensors_of(bytearray(base64.b64decode(carried.delivered)), carried.members[0].inputs)
+    except (ValueError, RuntimeError):
+        return None
+    return tensor.reshape(-1).to(torch.float64)
+
+
 ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}  # the floating-point types, each with its unit roundoff
 
 

@@ -26,12 +26,20 @@ its receiver has received it (a rendezvous, for `send` and for `isend`'s Work al
 schedule that deadlocks on gloo's sends deadlocks here too, where the grader's idle watch
 names it hung. A send no recv takes within `wait_s`, or whose receiver left, fails for its
 sender; the hub records a send when its recv takes it.
+
+Where the plan says so (`CarrierPlan.substitute`, p7's checked runs), the hub delivers one
+send per direction between neighbouring ranks with values it draws itself, when it starts,
+from the kernel's randomness: a stage that computes on what it receives answers with the
+gradient (or the next activation) of those values, which the grader computes again; a stage
+that relays what another process computed, or replays what it computed ahead, answers for the
+values it expected. The record keeps both what was sent and what was delivered.
 """
 from __future__ import annotations
 
 import base64
 import errno
 import os
+import secrets
 import select
 import signal
 import socket
@@ -43,7 +51,7 @@ from typing import Callable
 import torch
 
 from grader.probe.transport.collectives import NAME_OF, deliver, describe_call, fits, mismatch, tensors_of
-from grader.probe.transport.traffic import Carried, CarrierPlan, GroupRecord, Part, RankEnd, TrafficReport, pack
+from grader.probe.transport.traffic import Carried, CarrierPlan, GroupRecord, Part, RankEnd, Substitution, TrafficReport, pack
 from grader.probe.transport.wire import BadFrame, Call, Done, FrameReader, Group, TensorMeta, answer_frame, parse_request
 
 MAX_CARRIED = 1 << 16  # operations listed in a report; later ones are counted, not listed
@@ -103,6 +111,7 @@ class Hub:
         self._kept = 0
         self._full = False  # the keep_bytes are spent
         self._stopped = False
+        self._substitutes = _Substitutes(plan.substitute) if plan.substitute is not None else None
 
     # ---------------------------------------------------------------- the loop
     def now(self) -> float:
@@ -284,8 +293,9 @@ class Hub:
             received = [TensorMeta(_name(t), tuple(t.shape)) for t in tensors]
             wrong = fits(received, call.outputs)
             error = f"rank {rank} received from rank {group.ranks[source]}: {wrong}" if wrong else None
-            self._log_p2p(group, group.ranks[source], rank, sent, tensors, at, arrived, error)
-            self._answer(rank, Done(call.id, () if error else call.outputs, source, error), [] if error else tensors)
+            delivered = tensors if error or self._substitutes is None else self._substitutes.deliver(group.ranks[source], rank, tensors)
+            self._log_p2p(group, group.ranks[source], rank, sent, tensors, at, arrived, error, delivered)
+            self._answer(rank, Done(call.id, () if error else call.outputs, source, error), [] if error else delivered)
             self._answer(group.ranks[source], Done(sent.id, (), -1, error), [])
         self._receiving = waiting
 
@@ -392,18 +402,52 @@ class Hub:
         root = group.ranks[first.root] if 0 <= first.root < len(group.ranks) else -1
         self._carried.append(Carried(group.name, index, first.kind, first.reduce, root, self.now(), parts, error))
 
-    def _log_p2p(self, group: _Group, source: int, target: int, call: Call, tensors: list[torch.Tensor], sent: float, asked: float, error: str | None) -> None:
+    def _log_p2p(self, group: _Group, source: int, target: int, call: Call, tensors: list[torch.Tensor], sent: float, asked: float, error: str | None, delivered: list[torch.Tensor]) -> None:
         if len(self._carried) >= MAX_CARRIED:
             self._omitted += 1
             return
         part = self._part(source, call, tensors, sent, self.plan.keep_sends and error is None)
-        self._carried.append(Carried(group.name, -1, "send", "", target, self.now(), (part,), error))
+        own = "" if delivered is tensors else base64.b64encode(b"".join(_raw(t) for t in delivered)).decode()
+        self._carried.append(Carried(group.name, -1, "send", "", target, self.now(), (part,), error, own))
 
     def report(self) -> TrafficReport:
         now = self.now()
         ends = tuple(r.end or RankEnd(rank, now, "open") for rank, r in sorted(self._ranks.items()))
         groups = tuple(GroupRecord(g.name, g.ranks, tuple(g.joined)) for g in self._groups.values())
         return TrafficReport(self.world, groups, tuple(self._carried), ends, self._omitted, self._kept)
+
+
+class _Substitutes:
+    """The sends this hub delivers with values of its own (CarrierPlan.substitute: which, and
+    how the values are drawn); drawn here, from the kernel's randomness, when the hub starts."""
+
+    def __init__(self, plan: Substitution) -> None:
+        self.plan = plan
+        self.sent: dict[tuple[int, int], int] = {}  # (from, to) -> qualifying sends so far
+        self.chosen: dict[tuple[int, int], int] = {}  # (from, to) -> the number of the one replaced
+        self.generator = torch.Generator().manual_seed(secrets.randbits(63))
+
+    def deliver(self, source: int, target: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """What the receiver gets for a send of `tensors` from `source` to `target`: the tensors,
+        or for the chosen send of the pair, new ones of the same shape and dtype."""
+        if abs(source - target) != 1 or len(tensors) != 1:
+            return tensors
+        sent = tensors[0]
+        if not sent.is_floating_point() or not sent.dim() or not sent.numel() or sent.shape[-1] % self.plan.dim:
+            return tensors
+        pair = (source, target)
+        number = self.sent.get(pair, 0)
+        self.sent[pair] = number + 1
+        if pair not in self.chosen:
+            self.chosen[pair] = self.plan.first + secrets.randbelow(max(self.plan.count, 1))
+        if number != self.chosen[pair]:
+            return tensors
+        if target > source:
+            values = torch.rand(sent.shape, generator=self.generator, dtype=torch.float64) * 2 - 1
+        else:
+            scale = float(sent.double().pow(2).mean().sqrt()) or 1.0
+            values = torch.randn(sent.shape, generator=self.generator, dtype=torch.float64) * scale
+        return [values.to(sent.dtype)]
 
 
 def _widen(sock: socket.socket) -> None:

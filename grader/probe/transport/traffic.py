@@ -23,6 +23,22 @@ PART_CHARS = 3000  # base64 characters per `traffic` answer: a line well under P
 
 
 @dataclass(frozen=True)
+class Substitution:
+    """Sends the hub delivers with values of its own (p7: a stage must compute on what it
+    receives). Between each two neighbouring ranks, in each direction, the hub replaces one of
+    the sends numbered `first` to `first + count - 1` on that pair (counting only sends of one
+    float tensor of rows × `dim` elements, as the pipeline checks read them): which one, and
+    the values, it draws from the kernel's randomness when it starts, in its own memory, which
+    the ranks cannot read. Forward (to the higher rank): uniform in [-1, 1]; backward: standard
+    normal draws times the root mean square of the values sent. The record keeps what was
+    sent, and what was delivered beside it (`Carried.delivered`)."""
+
+    dim: int
+    first: int
+    count: int
+
+
+@dataclass(frozen=True)
 class CarrierPlan:
     """What the hub of a job is told: how long a collective may wait for its last member, and
     how many bytes of what the members sent it keeps for the grader."""
@@ -31,6 +47,7 @@ class CarrierPlan:
     keep_bytes: int  # raw bytes of floating-point inputs of reductions (and broadcasts) kept, at most (beyond: only their sums)
     keep_broadcasts: bool = True  # broadcasts' data count too (DDP's start: whether it was built); a timed launch keeps reductions only
     keep_sends: bool = True  # sends' data count too (p7's activations and gradients); a timed launch keeps none
+    substitute: Substitution | None = None  # sends delivered with the hub's own values (p7's checked runs)
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,7 @@ class Carried:
     done: float  # seconds on the hub's clock when it was delivered (or failed)
     members: tuple[Part, ...]
     error: str | None
+    delivered: Blob = ""  # a send the hub delivered with values of its own (CarrierPlan.substitute): their bytes, in the sent dtype
 
 
 @dataclass(frozen=True)
