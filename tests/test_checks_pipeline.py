@@ -229,23 +229,31 @@ def record_of(reference, delivered: dict | None = None) -> list[Message]:
 
 
 def test_a_stage_must_compute_on_what_the_hub_delivered_and_one_that_relays_or_replays_is_named() -> None:
-    """The hub delivered step 1's micro-batch 2 activation with values of its own. An honest
-    pipeline's sends are the grader's training with that delivery (the gradient stage 1 sent
-    back follows from the hub's values); a stage 1 that sends what follows from the activation
-    that was sent (computed elsewhere, or ahead) is named; wrong values are neither."""
+    """The hub delivered one activation of each step to stage 1 and one gradient of each step
+    but the last to stage 0, with values of its own. An honest pipeline's sends are the
+    grader's training with every delivery; a stage 1 whose sends follow from the activations
+    that were sent (computed elsewhere, or ahead) is named, even where it computed honestly in
+    one step; sends with wrong values are no reading at all."""
     import torch
 
     from grader.checks.pipeline import Delivered, read_deliveries, replayed
     from grader.practicals.p7 import PipelineSettings, pipeline_training
 
     reference = pipeline_training(PipelineSettings(seed=3, batch_size=16, micro_batches=4, dim=8, layers=2, steps=3, lr=0.1, stages=2))
-    values = torch.rand(reference.activations[1][0][2].values.shape, dtype=torch.float64) * 2 - 1
-    delivered = {(1, True, 2): values}
-    honest = record_of(reference.retrain((Delivered(1, 0, True, 2, values),)), delivered)
-    reading = read_deliveries(reference, honest, 1e-6, 1e-9)
-    assert reading is not None and len(reading.used) == 1 and not reading.ignored and replayed(reading) is None
-    relayed = replayed(read_deliveries(reference, record_of(reference, delivered), 1e-6, 1e-9))
-    assert relayed is not None and relayed.startswith("stage(s) 1 sent what follows from what was sent to them, not from what they received"), relayed
-    assert "step 1's micro-batch 2 activation to stage 1" in relayed
-    wrong = [Message(m.source, m.target, m.sent, m.received, m.rows, 2 * m.total, 2 * m.data, m.delivered) for m in honest]
+    shape = reference.activations[0][0][0].values.shape
+    forward = [Delivered(step, 0, True, (step + 2) % 4, torch.rand(shape, dtype=torch.float64) * 2 - 1) for step in range(3)]
+    backward = [Delivered(step, 0, False, step, torch.randn(shape, dtype=torch.float64) * 0.01) for step in range(2)]
+    hub = {(d.step, d.forward, d.micro_batch): d.values for d in forward + backward}
+
+    def pipeline(used: list) -> list[Message]:
+        order = sorted(used, key=lambda d: (d.step, not d.forward))
+        return record_of(reference.retrain(tuple(order)), hub)
+
+    honest = read_deliveries(reference, pipeline(forward + backward), 1e-6, 1e-9)
+    assert honest is not None and len(honest.used) == 5 and not honest.ignored and replayed(honest) is None
+    for used in (backward, [*backward, forward[1]]):  # stage 1 never computes on what it gets; or only in step 1
+        relayed = replayed(read_deliveries(reference, pipeline(used), 1e-6, 1e-9))
+        assert relayed is not None and relayed.startswith("stage(s) 1 sent what follows from what was sent to them, not from what they received"), relayed
+        assert "step 0's micro-batch 2 activation to stage 1" in relayed and "step 2's micro-batch 0 activation to stage 1" in relayed
+    wrong = [Message(m.source, m.target, m.sent, m.received, m.rows, 2 * m.total, 2 * m.data, m.delivered) for m in pipeline(forward + backward)]
     assert read_deliveries(reference, wrong, 1e-6, 1e-9) is None

@@ -33,7 +33,7 @@ def test_reference_solution_gets_full_marks_for_both_schedules(tmp_path: Path, c
     order = checks["schedule_order"]["output"]
     assert "gpipe (1 node × 2 ranks): gpipe: micro-batches in flight at most [4, 4] (by stage)" in order
     assert "1f1b (1 node × 2 ranks): 1f1b: micro-batches in flight at most [2, 1] (by stage)" in order
-    assert "1f1b (1 node × 2 ranks): 12 activations and 12 gradients across each of the 1 cut(s), all the grader's (element by element; 2 delivered with the hub's own values, and what followed from them the grader's too)" in checks["p2p_values"]["output"]
+    assert "1f1b (1 node × 2 ranks): 12 activations and 12 gradients across each of the 1 cut(s), all the grader's (element by element; 5 delivered with the hub's own values, and what followed from them the grader's too)" in checks["p2p_values"]["output"]
 
 
 def test_reference_solution_in_three_stages_gets_full_marks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -42,7 +42,7 @@ def test_reference_solution_in_three_stages_gets_full_marks(tmp_path: Path, caps
     capsys.readouterr()
     checks = checks_by_id(results)
     assert results["score"] == 12, {k: v["output"] for k, v in checks.items()}
-    assert "ws3 (1 node × 3 ranks): 12 activations and 12 gradients across each of the 2 cut(s), all the grader's (element by element; 4 delivered with the hub's own values, and what followed from them the grader's too)" in checks["p2p_values"]["output"]
+    assert "ws3 (1 node × 3 ranks): 12 activations and 12 gradients across each of the 2 cut(s), all the grader's (element by element; 10 delivered with the hub's own values, and what followed from them the grader's too)" in checks["p2p_values"]["output"]
     assert "ws3 (1 node × 3 ranks): 1f1b: micro-batches in flight at most [3, 2, 1] (by stage)" in checks["schedule_order"]["output"]
 
 
@@ -60,7 +60,7 @@ def test_torch_pipelining_schedules_get_full_marks(tmp_path: Path, capsys: pytes
     capsys.readouterr()
     checks = checks_by_id(results)
     assert results["score"] == 12, {k: v["output"] for k, v in checks.items()}
-    assert "1f1b (1 node × 2 ranks): 12 activations and 12 gradients across each of the 1 cut(s), all the grader's (element by element; 2 delivered with the hub's own values, and what followed from them the grader's too)" in checks["p2p_values"]["output"]
+    assert "1f1b (1 node × 2 ranks): 12 activations and 12 gradients across each of the 1 cut(s), all the grader's (element by element; 5 delivered with the hub's own values, and what followed from them the grader's too)" in checks["p2p_values"]["output"]
     assert "1f1b (1 node × 2 ranks): 1f1b: micro-batches in flight at most [2, 1] (by stage)" in checks["schedule_order"]["output"]
     assert "1f1b_s3 (1 node × 3 ranks): 1f1b: micro-batches in flight at most [3, 2, 1] (by stage)" in checks["schedule_order"]["output"]
 

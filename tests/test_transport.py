@@ -167,17 +167,18 @@ def test_a_send_completes_when_its_recv_takes_it_as_on_gloo() -> None:
     assert [c["kind"] for c in fine["carried"]] == ["barrier", "send", "send"] and fine["ends"] == ["closed"] * 2
 
 
-def test_the_hub_replaces_one_send_each_way_between_neighbours_with_values_it_draws() -> None:
-    """Substitution (p7's checked runs): among sends first..first+count-1 of each pair of
-    neighbouring ranks, one each way, in the sent shape and dtype: forward uniform in [-1, 1],
-    backward of the sent values' scale; other sends (not float, not rows × dim, not between
-    neighbours) are neither replaced nor counted."""
+def test_the_hub_replaces_one_send_of_each_step_each_way_between_neighbours_with_values_it_draws() -> None:
+    """Substitution (p7's checked runs): one send in each block of micro_batches sends (a step)
+    on each pair of neighbouring ranks, forward in every step, backward in all but the last, in
+    the sent shape and dtype: forward uniform in [-1, 1], backward of the sent values' scale;
+    other sends (not float, not rows × dim, not between neighbours) are neither replaced nor
+    counted."""
     import torch
 
     from grader.probe.transport.hub import _Substitutes
     from grader.probe.transport.traffic import Substitution
 
-    hub = _Substitutes(Substitution(dim=4, first=3, count=3))
+    hub = _Substitutes(Substitution(dim=4, micro_batches=3, steps=3))
     replaced = []
     for number in range(9):
         for pair in ((0, 1), (1, 0), (1, 2)):
@@ -186,9 +187,9 @@ def test_the_hub_replaces_one_send_each_way_between_neighbours_with_values_it_dr
             sent = [torch.full((2, 4), 100.0, dtype=torch.float32)]
             got = hub.deliver(*pair, sent)
             if got is not sent:
-                replaced.append((pair, number, got[0]))
+                replaced.append((pair, number // 3, got[0]))
         assert hub.deliver(0, 2, [torch.ones(2, 4)])[0].eq(1).all()  # not neighbours
-    assert sorted(pair for pair, _, _ in replaced) == [(0, 1), (1, 0), (1, 2)]
-    for pair, number, values in replaced:
-        assert 3 <= number < 6 and values.shape == (2, 4) and values.dtype == torch.float32
-        assert values.abs().max() <= (1 if pair[1] > pair[0] else 1000) and not values.eq(100).any()
+    assert sorted((pair, step) for pair, step, _ in replaced) == [((0, 1), 0), ((0, 1), 1), ((0, 1), 2), ((1, 0), 0), ((1, 0), 1), ((1, 2), 0), ((1, 2), 1), ((1, 2), 2)]
+    for pair, _, values in replaced:
+        assert values.shape == (2, 4) and values.dtype == torch.float32 and not values.eq(100).any()
+        assert values.abs().max() <= (1 if pair[1] > pair[0] else 1000)

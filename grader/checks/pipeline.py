@@ -166,30 +166,57 @@ class Reading:
     ignored: tuple[Delivered, ...]
 
 
+def _effect(delivered: Delivered, reference: PipelineReference) -> tuple[int, int, bool, int, int, int] | None:
+    """The first send that shows whether the receiver of a delivery computed on it: (step, cut,
+    forward, micro-batch, from, to) of a crossing that depends on it and on no delivery made
+    after it; None where nothing sent depends on it. An activation to a stage before the last:
+    that stage's activation of the micro-batch on; to the last stage: the gradient it sends back
+    for it. A gradient to a stage after the first: the gradient that stage sends back for the
+    micro-batch; to the first stage: its first activation of the next step (its update)."""
+    step, cut, micro = delivered.step, delivered.cut, delivered.micro_batch
+    if delivered.forward:
+        stage = cut + 1
+        return (step, stage, True, micro, stage, stage + 1) if stage < reference.stages - 1 else (step, cut, False, micro, stage, cut)
+    if cut > 0:
+        return step, cut - 1, False, micro, cut, cut - 1
+    return (step + 1, 0, True, 0, 0, 1) if step + 1 < reference.steps else None
+
+
 def read_deliveries(reference: PipelineReference, stream: list[Message], rtol: float, atol: float) -> Reading | None:
-    """The reading of the hub's own deliveries under which every send is the grader's, the
-    one where the receivers used the most of them first (an honest pipeline uses them all),
-    or None where none is. Each delivery, in the order the hub delivered them, is found among
-    the crossings of the training so far by what its stage sent, and the training runs again
-    with it delivered where the reading has its receiver use it."""
-    delivered = sorted((m for m in stream if m.delivered is not None), key=lambda m: m.received)
-    if not delivered or reference.retrain is None:
-        return Reading(reference, (), ()) if not value_problems(reference, stream, rtol, atol) else None
-    for mask in sorted(range(2 ** len(delivered)), key=lambda m: -bin(m).count("1")):
-        current, used, ignored = reference, [], []
-        for index, message in enumerate(delivered):
-            found = _identify(current, message, rtol, atol)
-            if found is None:
-                break
-            if mask >> index & 1:
-                used.append(found)
-                current = current.retrain(tuple(used))
-            else:
-                ignored.append(found)
+    """How the stages used the hub's own deliveries, where every send is then the grader's;
+    None where it is not (or a delivery cannot be told). Each delivery, in the order the hub
+    made them, is found among the crossings of the training so far by what its stage sent, and
+    its receiver's next send that depends on it (`_effect`) says whether the receiver computed on
+    it (that send is the training's with the delivery) or ignored it (it is the training's
+    without); where both are, it counts as used."""
+    current, used, ignored = reference, [], []
+    for message in sorted((m for m in stream if m.delivered is not None), key=lambda m: m.received):
+        found = _identify(current, message, rtol, atol) if current.retrain is not None else None
+        if found is None:
+            return None
+        trial = reference.retrain((*used, found))  # type: ignore[misc]
+        effect = _effect(found, reference)
+        if effect is None:
+            used.append(found)
+            current = trial
+            continue
+        step, cut, forward, micro, source, target = effect
+        sent = [m for m in stream if (m.source, m.target) == (source, target)]
+
+        def shown(training: PipelineReference) -> bool:
+            crossing = (training.activations if forward else training.gradients)[step][cut][micro]
+            return any(same(m, crossing, rtol, atol) for m in sent)
+
+        if shown(trial):
+            used.append(found)
+            current = trial
+        elif shown(current):
+            ignored.append(found)
         else:
-            if not value_problems(current, stream, rtol, atol):
-                return Reading(current, tuple(used), tuple(ignored))
-    return None
+            return None
+    if value_problems(current, stream, rtol, atol):
+        return None
+    return Reading(current, tuple(used), tuple(ignored))
 
 
 def with_deliveries(reference: PipelineReference, stream: list[Message], rtol: float, atol: float) -> tuple[PipelineReference, tuple[Delivered, ...]]:
@@ -217,7 +244,7 @@ def delivered_sends(deliveries: tuple[Delivered, ...]) -> str:
 def describe_deliveries(deliveries: tuple[Delivered, ...]) -> str:
     """What the hub delivered with its own values, and why, for a verdict."""
     return (
-        f"the grader's hub delivered {delivered_sends(deliveries)}, as it does with one send each way between neighbouring stages: "
+        f"the grader's hub delivered {delivered_sends(deliveries)}, as it does with one send of each step each way between neighbouring stages: "
         "a stage that computes on what it receives sends what follows from those values"
     )
 

@@ -64,14 +64,14 @@ def carrier_plan(run: RunDef, timed: tuple[RunDef, ...], workloads: frozenset[st
     of a timing workload (`workloads`: the runs a speed check of the spec times) launched where
     no speed check reads it (`--no-timing`: it ran for `clean_exit` alone; p6's would carry
     80 MiB of gradients to the grader for nothing). A checked run that `substitutes` has one send
-    per direction between neighbouring ranks, among those of its second step (its `args`:
-    `micro_batches` sends a step, of `dim` columns), delivered with the hub's own values."""
+    of each step, each way between neighbouring ranks (its `args`: `micro_batches` sends a step
+    of `dim` columns, `steps` steps), delivered with the hub's own values."""
     if run in timed:
         return CarrierPlan(wait_s=run_timeout, keep_bytes=0 if trusted else KEEP_TIMED_BYTES, keep_broadcasts=False, keep_sends=False)
     if run.name in workloads:
         return CarrierPlan(wait_s=run_timeout, keep_bytes=0, keep_broadcasts=False, keep_sends=False)
     given = args or {}
-    substitute = Substitution(int(given["dim"]), int(given["micro_batches"]), int(given["micro_batches"])) if run.substitutes else None
+    substitute = Substitution(int(given["dim"]), int(given["micro_batches"]), int(given.get("steps", 1))) if run.substitutes else None
     return CarrierPlan(wait_s=run_timeout, keep_bytes=KEEP_BYTES, keep_broadcasts=True, substitute=substitute)
 
 

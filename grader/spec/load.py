@@ -134,22 +134,23 @@ def _load_runs(top: _Node) -> tuple[RunDef, ...]:
                 args=_load_args(node.child("args", default={})),
                 solution=node.get("solution", "a practical's id (its reference solution runs instead of the submission)", _practical_id, None),
                 carried=node.get("carried", "true or false (the grader's hub carries the ranks' process groups)", lambda v: isinstance(v, bool), False),
-                substitutes=node.get("substitutes", "true or false (the hub delivers one send per direction with values of its own; needs carried: true)", lambda v: isinstance(v, bool), False),
+                substitutes=node.get("substitutes", "true or false (the hub delivers one send of each step each way with values of its own; needs carried: true)", lambda v: isinstance(v, bool), False),
             )
         )
     return tuple(runs)
 
 
 def _check_substitutes(path: Path, args: Mapping[str, Any], runs: tuple[RunDef, ...]) -> None:
-    """A run whose sends the hub substitutes is carried and has whole-number `dim` and
-    `micro_batches` arguments (the width of what crosses between stages, the sends of a step)."""
+    """A run whose sends the hub substitutes is carried and has whole-number `dim`,
+    `micro_batches` and `steps` arguments (the width of what crosses between stages, the sends
+    of a step, the steps)."""
     for index, run in enumerate(runs):
         if not run.substitutes:
             continue
         given = {**args, **run.args}
         if not run.carried:
             raise SpecError(path, f"runs[{index}].substitutes", "carried: true as well (only the grader's hub substitutes sends)", True)
-        for name in ("dim", "micro_batches"):
+        for name in ("dim", "micro_batches", "steps"):
             if not _count(1)(given.get(name)):
                 raise SpecError(path, f"runs[{index}].args.{name}", "a whole number ≥ 1 (substitutes needs it)", given.get(name))
 

@@ -23,7 +23,7 @@ class RunDef:
     solution: str | None = None  # run this practical's reference solution, not the submission (its own args only)
     carried: bool = False  # the grader's hub carries the ranks' process groups (grader/probe/transport): verdicts about communication rest on its traffic
     hide_gpus: bool = False  # its ranks see none of the machine's GPUs (set on GPU nodes for the spec's CPU runs the hub carries)
-    substitutes: bool = False  # the hub delivers one send per direction between neighbouring ranks with values of its own (grader/probe/transport/traffic.py Substitution; needs `carried` and the `dim` and `micro_batches` arguments)
+    substitutes: bool = False  # the hub delivers one send of each step each way between neighbouring ranks with values of its own (grader/probe/transport/traffic.py Substitution; needs `carried` and the `dim`, `micro_batches` and `steps` arguments)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ names it hung. A send no recv takes within `wait_s`, or whose receiver left, fai
 sender; the hub records a send when its recv takes it.
 
 Where the plan says so (`CarrierPlan.substitute`, p7's checked runs), the hub delivers one
-send per direction between neighbouring ranks with values it draws itself, when it starts,
-from the kernel's randomness: a stage that computes on what it receives answers with the
+send of each step, each way between neighbouring ranks, with values it draws itself from the
+kernel's randomness: a stage that computes on what it receives answers with the
 gradient (or the next activation) of those values, which the grader computes again; a stage
 that relays what another process computed, or replays what it computed ahead, answers for the
 values it expected. The record keeps both what was sent and what was delivered.
@@ -419,28 +419,29 @@ class Hub:
 
 class _Substitutes:
     """The sends this hub delivers with values of its own (CarrierPlan.substitute: which, and
-    how the values are drawn); drawn here, from the kernel's randomness, when the hub starts."""
+    how the values are drawn); drawn here, from the kernel's randomness, as the hub goes."""
 
     def __init__(self, plan: Substitution) -> None:
         self.plan = plan
         self.sent: dict[tuple[int, int], int] = {}  # (from, to) -> qualifying sends so far
-        self.chosen: dict[tuple[int, int], int] = {}  # (from, to) -> the number of the one replaced
+        self.chosen: dict[tuple[int, int, int], int] = {}  # (from, to, block) -> the place in the block of the one replaced
         self.generator = torch.Generator().manual_seed(secrets.randbits(63))
 
     def deliver(self, source: int, target: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """What the receiver gets for a send of `tensors` from `source` to `target`: the tensors,
-        or for the chosen send of the pair, new ones of the same shape and dtype."""
+        or for the chosen send of a block, new ones of the same shape and dtype."""
         if abs(source - target) != 1 or len(tensors) != 1:
             return tensors
         sent = tensors[0]
         if not sent.is_floating_point() or not sent.dim() or not sent.numel() or sent.shape[-1] % self.plan.dim:
             return tensors
-        pair = (source, target)
-        number = self.sent.get(pair, 0)
-        self.sent[pair] = number + 1
-        if pair not in self.chosen:
-            self.chosen[pair] = self.plan.first + secrets.randbelow(max(self.plan.count, 1))
-        if number != self.chosen[pair]:
+        size = max(self.plan.micro_batches, 1)
+        number = self.sent.get((source, target), 0)
+        self.sent[source, target] = number + 1
+        block, place = divmod(number, size)
+        if block >= (self.plan.steps if target > source else self.plan.steps - 1):
+            return tensors
+        if place != self.chosen.setdefault((source, target, block), secrets.randbelow(size)):
             return tensors
         if target > source:
             values = torch.rand(sent.shape, generator=self.generator, dtype=torch.float64) * 2 - 1

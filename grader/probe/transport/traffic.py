@@ -25,17 +25,18 @@ PART_CHARS = 3000  # base64 characters per `traffic` answer: a line well under P
 @dataclass(frozen=True)
 class Substitution:
     """Sends the hub delivers with values of its own (p7: a stage must compute on what it
-    receives). Between each two neighbouring ranks, in each direction, the hub replaces one of
-    the sends numbered `first` to `first + count - 1` on that pair (counting only sends of one
-    float tensor of rows × `dim` elements, as the pipeline checks read them): which one, and
-    the values, it draws from the kernel's randomness when it starts, in its own memory, which
-    the ranks cannot read. Forward (to the higher rank): uniform in [-1, 1]; backward: standard
-    normal draws times the root mean square of the values sent. The record keeps what was
-    sent, and what was delivered beside it (`Carried.delivered`)."""
+    receives). Between each two neighbouring ranks, in each direction, the hub counts the sends
+    of one float tensor of rows × `dim` elements (as the pipeline checks read them), in blocks
+    of `micro_batches` (a step's), and replaces one send of each block: of the first `steps`
+    blocks forward (to the higher rank), of the first `steps` − 1 backward (a gradient of the
+    last step changes nothing that is sent after it). Which send, and the values, it draws from
+    the kernel's randomness in its own memory, which the ranks cannot read. Forward: uniform in
+    [-1, 1]; backward: standard normal draws times the root mean square of the values sent.
+    The record keeps what was sent, and what was delivered beside it (`Carried.delivered`)."""
 
     dim: int
-    first: int
-    count: int
+    micro_batches: int
+    steps: int
 
 
 @dataclass(frozen=True)
