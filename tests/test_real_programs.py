@@ -257,6 +257,18 @@ def fsdp1_tutorial(outputs: list[str], virtual: bool, folder: Path) -> None:
     assert {name: tuple(value.shape) for name, value in saved.items()} == shapes
 
 
+def dcp_recipe(outputs: list[str], virtual: bool, folder: Path) -> None:
+    """The recipe's save, then its load into a fresh FSDP1 model and optimizer on each rank's GPU:
+    the weights and Adam's step restored, the checkpoint a DCP folder (its .metadata)."""
+    contains(
+        outputs[0],
+        "Running fsdp checkpoint example on 2 devices.",
+        *(f"Running basic FSDP checkpoint {what} example on rank {rank}." for what in ("saving", "loading") for rank in (0, 1)),
+        *(f"rank {rank}: weights restored True on cuda:{rank}, optimizer steps [1]" for rank in (0, 1)),
+    )
+    assert (folder / "checkpoint" / ".metadata").is_file()
+
+
 ZERO_POINTS = ("after creating local model", "after creating DDP", "before optimizer step()", "after optimizer step()")
 ZERO_DOCUMENTED = (335, 656, 992)  # the recipe's figures (MB) at its first three points, with or without ZeRO
 
@@ -435,6 +447,7 @@ PROGRAMS_RUN = (
         fsdp1_tutorial,
     ),
     Program("zero_redundancy_recipe", "zero_recipe", 2, ((*PYTHON, "zero.py"),), zero_recipe),
+    Program("fsdp1_distributed_checkpoint_recipe", "dcp_recipe", 2, ((*PYTHON, "dcp_fsdp.py"),), dcp_recipe),
     Program(
         "nanogpt_ddp_resume",
         "nanogpt",
