@@ -154,3 +154,29 @@ FORGERIES += (
         {"p2p_values": RELAYED, "schedule_order": RELAYED},
     ),
 )
+
+# the precomputing forgery again, with bfloat16 sends of one row first, as many as the steps'
+# micro-batches each way: had the hub counted sends the checks do not read, its substitutions
+# would all have landed on these, and the replayed sends would have passed
+DECOY_LOOP = "t0 = time.time()\nfor step in range(steps):\n"
+DECOYS = '''for _ in range(steps * micro_batches):
+    works = []
+    if not last:
+        works.append(dist.isend(torch.zeros(1, dim, dtype=torch.bfloat16), dst=stage + 1))
+    if not first:
+        works.append(dist.isend(torch.zeros(1, dim, dtype=torch.bfloat16), dst=stage - 1))
+    if not first:
+        dist.recv(torch.empty(1, dim, dtype=torch.bfloat16), src=stage - 1)
+    if not last:
+        dist.recv(torch.empty(1, dim, dtype=torch.bfloat16), src=stage + 1)
+    for work in works:
+        work.wait()
+'''
+
+FORGERIES += (
+    forgery(
+        "precomputes_behind_bfloat16_decoys",
+        ((SCRIPT, LOSS_FN, PRECOMPUTED), (SCRIPT, FORWARD_BODY, PRECOMPUTED_FORWARD), (SCRIPT, BACKWARD_BODY, PRECOMPUTED_BACKWARD), (SCRIPT, DECOY_LOOP, DECOYS + DECOY_LOOP)),
+        {"p2p_values": "step 0: the first activation stage 0 sent stage 1 (1 rows, sum 0) is not the grader's for any micro-batch of the step"},
+    ),
+)

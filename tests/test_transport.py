@@ -193,3 +193,25 @@ def test_the_hub_replaces_one_send_of_each_step_each_way_between_neighbours_with
     for pair, _, values in replaced:
         assert values.shape == (2, 4) and values.dtype == torch.float32 and not values.eq(100).any()
         assert values.abs().max() <= (1 if pair[1] > pair[0] else 1000)
+
+
+def test_the_hub_counts_exactly_the_sends_the_pipeline_checks_read() -> None:
+    """One rule (traffic.pipeline_send) for what the hub may substitute and what p7's checks
+    judge: a bfloat16 send of rows × dim is both (sends the checks skipped could otherwise use
+    up every substitution), an integer one or one of another width neither."""
+    import torch
+
+    from grader.checks.pipeline import messages
+    from grader.probe.transport.hub import _Substitutes
+    from grader.probe.transport.traffic import Carried, Part, Substitution, TrafficReport
+    from grader.probe.transport.wire import TensorMeta
+
+    hub = _Substitutes(Substitution(dim=4, micro_batches=1, steps=2))
+    decoy = [torch.zeros(1, 4, dtype=torch.bfloat16)]
+    assert hub.deliver(0, 1, decoy) is not decoy  # counted, and the block's only send: replaced
+    assert hub.deliver(0, 1, [torch.ones(3, 4)])[0].dtype == torch.float32
+    report = TrafficReport(2, (), tuple(
+        Carried("0", -1, "send", "", 1, float(i), (Part(0, float(i), (meta,), "", (0.0,)),), None)
+        for i, meta in enumerate((TensorMeta("bfloat16", (1, 4)), TensorMeta("int64", (1, 4)), TensorMeta("float32", (1, 5))))
+    ), (), 0, 0)
+    assert [(m.source, m.rows) for m in messages(report, 4)] == [(0, 1)]

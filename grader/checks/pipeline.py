@@ -21,7 +21,7 @@ from grader.checks import failures
 from grader.checks.answers import answer_number
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
-from grader.probe.transport.traffic import TrafficReport
+from grader.probe.transport.traffic import TrafficReport, pipeline_send
 from grader.run.job import JobResult
 from grader.traffic.report import delivered_tensor, kept_tensors
 
@@ -93,7 +93,7 @@ def messages(report: TrafficReport, dim: int) -> list[Message]:
             continue
         part = carried.members[0]
         sent = part.inputs[0] if len(part.inputs) == 1 else None
-        if sent is None or not sent.dtype.startswith("float") or not sent.shape or not sent.numel or sent.shape[-1] % dim:
+        if sent is None or not pipeline_send(sent, dim):
             continue
         found.append(Message(part.rank, carried.root, part.at, carried.done, sent.numel // dim, float(part.sums[0]), kept_tensors(carried, part.rank), delivered_tensor(carried)))
     return sorted(found, key=lambda m: m.sent)

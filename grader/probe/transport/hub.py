@@ -51,7 +51,7 @@ from typing import Callable
 import torch
 
 from grader.probe.transport.collectives import NAME_OF, deliver, describe_call, fits, mismatch, tensors_of
-from grader.probe.transport.traffic import Carried, CarrierPlan, GroupRecord, Part, RankEnd, Substitution, TrafficReport, pack
+from grader.probe.transport.traffic import Carried, CarrierPlan, GroupRecord, Part, RankEnd, Substitution, TrafficReport, pack, pipeline_send
 from grader.probe.transport.wire import BadFrame, Call, Done, FrameReader, Group, TensorMeta, answer_frame, parse_request
 
 MAX_CARRIED = 1 << 16  # operations listed in a report; later ones are counted, not listed
@@ -433,7 +433,7 @@ class _Substitutes:
         if abs(source - target) != 1 or len(tensors) != 1:
             return tensors
         sent = tensors[0]
-        if not sent.is_floating_point() or not sent.dim() or not sent.numel() or sent.shape[-1] % self.plan.dim:
+        if not pipeline_send(TensorMeta(_name(sent), tuple(sent.shape)), self.plan.dim):
             return tensors
         size = max(self.plan.micro_batches, 1)
         number = self.sent.get((source, target), 0)

@@ -22,11 +22,22 @@ MAX_REPORT_BYTES = 256 << 20  # of a report, unpacked
 PART_CHARS = 3000  # base64 characters per `traffic` answer: a line well under PIPE_BUF
 
 
+FLOATING = ("float16", "bfloat16", "float32", "float64")
+
+
+def pipeline_send(meta: TensorMeta, dim: int) -> bool:
+    """Whether a send of the one tensor `meta` is what the pipeline checks read as an activation
+    or a gradient, and so what the hub counts and may substitute (one rule for both: a send
+    the hub counts is one the checks judge): floating point (bfloat16 too), at least one
+    dimension, not empty, its last dimension a multiple of `dim`."""
+    return meta.dtype in FLOATING and bool(meta.shape) and meta.numel > 0 and meta.shape[-1] % dim == 0
+
+
 @dataclass(frozen=True)
 class Substitution:
     """Sends the hub delivers with values of its own (p7: a stage must compute on what it
     receives). Between each two neighbouring ranks, in each direction, the hub counts the sends
-    of one float tensor of rows × `dim` elements (as the pipeline checks read them), in blocks
+    of one tensor that `pipeline_send` accepts (as the pipeline checks read them), in blocks
     of `micro_batches` (a step's), and replaces one send of each block: of the first `steps`
     blocks forward (to the higher rank), of the first `steps` − 1 backward (a gradient of the
     last step changes nothing that is sent after it). Which send, and the values, it draws from
