@@ -222,6 +222,26 @@ def test_a_script_that_does_its_steps_work_ahead_for_one_step_count_only_is_judg
     assert "5.00 ms a step in your launches of 20 steps (the reference's 20.00 ms), 30.00 ms a step in those of 60 (the reference's 20.00 ms): the dearer count decides" in verdict.summary, verdict.summary
 
 
+def test_work_in_one_step_of_each_launch_counts_whole_whatever_the_step_counts() -> None:
+    """Half the training's time again, spent in the middle step of every launch (20 and 60
+    steps asked: step 10 of the one, step 30 of the other): 1.5×, judged count by count. Step
+    by step across the counts the k-th steps were not the same step, and the work counted half
+    (bench/RESULTS.md: a planted 1.5× in one step passed at 1.19×)."""
+
+    def planted(name: str, steps: int) -> JobResult:
+        base = hub_timed(name, steps, 0.2)
+        ends = list(base.step_ends)
+        middle = steps // 2
+        extra = 0.5 * 0.02 * (steps - 2)
+        ends = tuple(end + (extra if index > middle else 0.0) for index, end in enumerate(ends))
+        return replace(base, step_ends=ends)
+
+    reference = tuple(hub_timed("timed@reference", steps, 0.2) for steps in (20, 60, 20, 60))
+    own = tuple(planted("timed", steps) for steps in (20, 60, 20, 60))
+    verdict = speed.efficiency(context(["timed"], {"timed": timing.TimedRuns(own=own, reference=reference)}, {"max_ratio": 1.3}, warmup=2))
+    assert verdict.data["speed"]["timed"]["ratio"] == pytest.approx(1.5, rel=0.02) and not verdict.passed, verdict.summary
+
+
 def test_a_reference_launch_slowed_by_load_at_one_step_count_does_not_make_the_reference_dearer() -> None:
     """The reference's launches of 12 steps slowed by a burst of load (24 ms a step, 19 ms at
     36) and the submission's alike: each count's launches are compared with the reference's of

@@ -206,7 +206,12 @@ class Measurement:
         launches, averaged over the steps (by the grader's clock: its median pair's step).
         Work the program does in some steps, the same ones in every launch (one step in five,
         most steps, the first timed one), stays in it; a step another process slowed in one
-        launch does not. (Launches of two step counts: `cost_ratio`.)"""
+        launch does not. Launches of two step counts are costed count by count, and the
+        counts' costs averaged (the k-th step of a launch of 20 is not the k-th of one of 60:
+        `cost_ratio`)."""
+        by_count = self.cost_by_count()
+        if len(by_count) > 1:
+            return statistics.fmean(by_count.values())
         return _step_cost(self.launch_steps_s) if self.launch_steps_s else self.typical_s
 
     def cost_by_count(self) -> dict[int, float]:
@@ -222,8 +227,13 @@ class Measurement:
         fastest tenth 12.31 ms)'; by the grader's clock, `describe`."""
         if not self.launch_steps_s:
             return self.describe(records)
-        count = min(len(steps) for steps in self.launch_steps_s)
-        return f"{self.cost_s * 1000:.2f} ms per step (each of its {count} timed steps by its median over {len(self.launch_steps_s)} launches; fastest tenth {self.undisturbed_s * 1000:.2f} ms{self._lead()})"
+        by_count = self.cost_by_count()
+        if len(by_count) > 1:
+            launches = ", ".join(f"{self.launch_asked.count(asked)} of {asked} steps" for asked in by_count)
+            how = f"each step by its median over the launches of its count ({launches}), the counts averaged"
+        else:
+            how = f"each of its {min(len(steps) for steps in self.launch_steps_s)} timed steps by its median over {len(self.launch_steps_s)} launches"
+        return f"{self.cost_s * 1000:.2f} ms per step ({how}; fastest tenth {self.undisturbed_s * 1000:.2f} ms{self._lead()})"
 
     def _lead(self) -> str:
         slope = self.lead_slope_s()
@@ -406,27 +416,39 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
 LEAD_SLACK = 0.1  # of a reference step: how much the first timed step may begin later per step asked before it is charged (`charged`)
 
 
-def deciding_counts(own: Measurement, reference: Measurement) -> dict[int, float]:
+def count_ratios(own: Measurement, reference: Measurement) -> dict[int, float]:
     """Per step count both sides' launches asked for, what the submission's steps cost against
-    the reference's in launches of that count, where those ratios are more than COUNT_SPREAD
-    apart (the dearer then decides: `cost_ratio`); empty otherwise."""
+    the reference's in launches of that count (empty where the launches asked for none)."""
     mine, theirs = own.cost_by_count(), reference.cost_by_count()
-    ratios = {count: mine[count] / theirs[count] for count in mine if count in theirs}
+    return {count: mine[count] / theirs[count] for count in mine if count in theirs and theirs[count] > 0}
+
+
+def deciding_counts(own: Measurement, reference: Measurement) -> dict[int, float]:
+    """`count_ratios` where they are more than COUNT_SPREAD apart (the dearer then decides:
+    `cost_ratio`); empty otherwise."""
+    ratios = count_ratios(own, reference)
     return ratios if len(ratios) > 1 and max(ratios.values()) > COUNT_SPREAD * min(ratios.values()) else {}
 
 
 def cost_ratio(own: Measurement, reference: Measurement) -> float:
     """What the submission's steps cost against the reference's (`Measurement.cost_s`), both
-    sides launched alternately under the same load. Where the launches asked for two step
-    counts and the ratios of the two counts' launches are more than COUNT_SPREAD apart, the
-    dearer count's (`deciding_counts`): a step costs what it costs whatever the count, and a
-    script that does less work per step when asked for one count than for the other (its
-    steps' work done ahead of the loop for one count only) is judged by the other. Each
-    count's ratio pairs launches made one after the other, under the same load; the
-    reference's launches are never judged by a dearer count alone (one disturbed reference
-    launch let a script that moved its work pass at 0.75×)."""
-    ratios = deciding_counts(own, reference)
-    return max(ratios.values()) if ratios else own.cost_s / reference.cost_s
+    sides launched alternately under the same load. Launches that asked for different step
+    counts are compared count by count, never step by step across counts: the k-th step of a
+    launch of 20 steps is not the k-th of one of 60 (work in the middle step of each, the same
+    share of either training, lay at different places and counted half: a planted 1.5× in one
+    step passed at 1.19×); the counts' ratios are averaged. Where they are more than
+    COUNT_SPREAD apart, the dearer count's decides (`deciding_counts`): a step costs what it
+    costs whatever the count, and a script that does less work per step when asked for one
+    count than for the other (its steps' work done ahead of the loop for one count only) is
+    judged by the other. Each count's ratio pairs launches made one after the other, under the
+    same load; the reference's launches are never judged by a dearer count alone (one
+    disturbed reference launch let a script that moved its work pass at 0.75×)."""
+    ratios = count_ratios(own, reference)
+    if len(ratios) > 1 and max(ratios.values()) > COUNT_SPREAD * min(ratios.values()):
+        return max(ratios.values())
+    if ratios:
+        return statistics.fmean(ratios.values())
+    return own.cost_s / reference.cost_s
 
 
 def describe_counts(own: Measurement, reference: Measurement) -> str:
