@@ -163,7 +163,7 @@ class _Engine(torch._C._ImperativeEngine):
         result = super().run_backward(roots, *args, **kwargs)
         for leaf, tag in leaves:
             grad = leaf.grad
-            if grad is not None:
+            if grad is not None and getattr(grad, TAG, None) != tag:  # a gradient accumulated in place is counted already
                 self.vcuda.tag(grad, tag)
         return result
 
