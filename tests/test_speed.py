@@ -222,6 +222,17 @@ def test_a_script_that_does_its_steps_work_ahead_for_one_step_count_only_is_judg
     assert "5.00 ms a step in your launches of 20 steps (the reference's 20.00 ms), 30.00 ms a step in those of 60 (the reference's 20.00 ms): the dearer count decides" in verdict.summary, verdict.summary
 
 
+def test_load_over_one_counts_launches_is_averaged_not_decisive() -> None:
+    """The reference solution against itself, a burst of load over its launches of 20 steps
+    (48 ms a step, the reference's launches 32 ms) and none over those of 60 (25 ms, the
+    reference's 30 ms): no first timed step began later, so the counts are averaged (as
+    measured on p10, which the dearer count alone had failed at 1.49×)."""
+    reference = tuple(hub_timed("timed@reference", steps, 0.2, step_s) for steps, step_s in ((20, 0.032), (60, 0.030), (20, 0.032)))
+    own = tuple(hub_timed("timed", steps, 0.2, step_s) for steps, step_s in ((20, 0.048), (60, 0.025), (20, 0.048)))
+    verdict = speed.efficiency(context(["timed"], {"timed": timing.TimedRuns(own=own, reference=reference)}, {"max_ratio": 1.3}, warmup=2))
+    assert verdict.passed and "1.17× the reference's step time" in verdict.summary and "dearer" not in verdict.summary, verdict.summary
+
+
 def test_work_in_one_step_of_each_launch_counts_whole_whatever_the_step_counts() -> None:
     """Half the training's time again, spent in the middle step of every launch (20 and 60
     steps asked: step 10 of the one, step 30 of the other): 1.5×, judged count by count. Step
