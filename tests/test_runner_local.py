@@ -50,6 +50,23 @@ def test_ranks_get_torchruns_environment_in_a_multi_node_layout(runner: LocalRun
     assert result.ranks[3].first(Globals).values == {"answer": 42}
 
 
+def test_ranks_rendezvous_at_a_store_the_leader_hosts_as_torchruns_agent_does(runner: LocalRunner, tmp_path: Path) -> None:
+    """As torchrun's agent does, the job's leader hosts the rendezvous store at MASTER_PORT
+    before any rank starts: every rank is its client (rank 0 starts no server), and no rank
+    waits out a client's back-off for a server not yet listening (0.45 s in one p10 launch in
+    seven, when rank 0 hosted it). No process is left behind: the store ends with the job."""
+    source = """
+        import os, torch.distributed as dist
+        dist.init_process_group("gloo")  # every rank a client (the variable says so): someone else serves
+        dist.barrier()
+        print(os.environ["TORCHELASTIC_USE_AGENT_STORE"], dist.get_rank())
+        dist.destroy_process_group()
+        """
+    result = runner.run(script_job(tmp_path, "store", source, Layout(1, 4)))
+    assert not result.timed_out and result.error is None and result.leftovers == 0, result
+    assert [r.stdout_tail for r in result.ranks] == [f"True {r}\n" for r in range(4)]
+
+
 def test_a_job_that_hides_the_gpus_shows_its_ranks_none(runner: LocalRunner, tmp_path: Path) -> None:
     """A GPU node's CPU runs (grader/grade/plan.py on_this_machine): CUDA's own variable, empty, so torch
     sees no device there (checked on an H200 node), as on a machine without one."""
@@ -230,3 +247,20 @@ def test_a_script_looking_for_the_grader_in_its_process_finds_nothing(runner: Lo
         assert seen["before"] == seen["after"] == {"environment": [], "modules": [], "import path": [], "stack": [], "torch.distributed": [], "process group": []}, seen
         assert seen["backend"] == "gloo"
     assert sorted(result.traffic.groups[0].joined) == [0, 1]  # carried all the same
+
+
+def test_a_script_that_moves_master_port_waits_as_under_torchrun_and_is_told_why(runner: LocalRunner, tmp_path: Path) -> None:
+    """Under torchrun (checked with torch 2.13) a script that sets MASTER_PORT itself hangs in
+    init_process_group: its ranks are clients of a store nobody hosts there. So it does here,
+    and the feedback says why."""
+    from grader.checks import failures
+
+    source = """
+        import os, torch.distributed as dist
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "localhost", "12355"
+        dist.init_process_group("gloo")
+        """
+    result = runner.run(script_job(tmp_path, "moved", source, Layout(1, 2), timeout_s=6))
+    assert result.timed_out
+    text = failures.explain(result)
+    assert "rank 0 waits at main.py:4 in <module>: dist.init_process_group(\"gloo\")" in text and failures.RENDEZVOUS_HINT in text, text

@@ -209,6 +209,13 @@ def _explain_lost_contact(run: JobResult, failed: list[RankResult]) -> str:
     return f"{lost} — every rank must run the same collectives in the same order (e.g. backward() on every rank in every step)"
 
 
+RENDEZVOUS_HINT = (
+    "init_process_group waits for the rendezvous store, which the launcher hosts (as torchrun's agent does) at the "
+    "MASTER_ADDR and MASTER_PORT it gives each process: a script that sets them itself, or passes init_method=\"tcp://...\", "
+    "waits for a store nobody hosts (take the launcher's: init_method=\"env://\" or none)"
+)
+
+
 def _explain_timeout(run: JobResult) -> str:
     stuck = [r for r in run.ranks if r.status is None]
     parts = []
@@ -218,6 +225,8 @@ def _explain_timeout(run: JobResult) -> str:
     done = [r for r in run.ranks if r.status is not None]
     if done:
         parts.append(f"{_ranks([r.rank for r in done])} had already ended ({', '.join(sorted({_status_word(r) for r in done}))})")
+    if stuck and all(rank.stack and "init_process_group" in rank.stack[-1].code for rank in stuck):
+        parts.append(RENDEZVOUS_HINT)
     if run.stalled_s is not None:
         return f"hung: stopped after {run.wall_s:.1f} s, when none of its processes had used the CPU for {run.stalled_s:g} s (waiting for something that never comes): " + "; ".join(parts)
     if run.reference_s is not None:

@@ -22,7 +22,7 @@ def rank_environment(layout: Layout, rank: int, master_port: int, run_id: str) -
         "TORCHELASTIC_RUN_ID": run_id,
         "TORCHELASTIC_RESTART_COUNT": 0,
         "TORCHELASTIC_MAX_RESTARTS": 0,
-        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",  # torchrun's agent hosts the store (here the job's leader: grader/probe/zygote.py _fork_store)
     }
     if layout.ranks_per_node > 1:
         env["OMP_NUM_THREADS"] = 1  # torchrun's default when it starts several workers per node
