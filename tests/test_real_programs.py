@@ -523,3 +523,42 @@ def test_the_ddp_series_on_two_nodes_of_two_gpus(tmp_path: Path) -> None:
         "Epoch 0 | Training snapshot saved at snapshot.pt",
     )
     contains(outputs[1], "[GPU2] Epoch 0 | Batchsize: 32 | Steps: 16", "[GPU3] Epoch 0 | Batchsize: 32 | Steps: 16")
+
+
+@pytest.mark.parametrize("virtual", [True, pytest.param(False, marks=pytest.mark.gpu)], ids=["virtual", "cuda"])
+def test_the_rpc_parameter_server(virtual: bool, tmp_path: Path) -> None:
+    """pytorch/examples' RPC parameter server as its README runs it: one launch for the server
+    (rank 0), one for a trainer (rank 1, --num_gpus=2), at once. The server builds the model on
+    accelerators 0 and 1 when the trainer's remote call asks for it (code RPC runs for a caller),
+    distributed autograd's backward and the DistributedOptimizer's TorchScript step run there on
+    those GPUs, and the trainer tests the model on its own cuda:0."""
+    import torch
+
+    if not virtual and torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs, {torch.cuda.device_count()} here")
+    folder = tmp_path / "rpc"
+    shutil.copytree(PROGRAMS / "rpc_parameter_server", folder)
+    port = str(free_port())
+    grader = (sys.executable, "-m", "grader", "run", "--virtual-gpus", "2", "--") if virtual else ()
+    with tempfile.TemporaryDirectory(prefix="rp-") as scratch:
+        env = {**_environment(), "TMPDIR": scratch, "PYTHONPATH": str(ROOT)}
+        launches = [
+            subprocess.Popen(
+                [*grader, sys.executable, "rpc_parameter_server.py", "--world_size=2", f"--rank={rank}", f"--master_port={port}", *extra],
+                cwd=folder,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+            )
+            for rank, extra in ((0, ()), (1, ("--num_gpus=2", "--train-size=192", "--test-size=64")))
+        ]
+        try:
+            server, trainer = (process.communicate(timeout=240)[0] for process in launches)
+        finally:
+            for process in launches:
+                process.kill()
+    assert [process.returncode for process in launches] == [0, 0], (server, trainer)
+    contains(server, "RPC initialized! Running parameter server...", "Using 2 GPUs to train", "Putting first 2 convs on cuda:0", "Putting rest of layers on cuda:1", "RPC shutdown on parameter server.")
+    contains(trainer, "Worker 1 done initializing RPC", "Rank 1 training batch 0 loss ", "Rank 1 training batch 5 loss ", "Training complete!", "Getting accuracy....")
+    assert re.search(r"^Accuracy 0\.\d+$", trainer, re.MULTILINE), trainer
