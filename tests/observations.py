@@ -113,6 +113,9 @@ class FakeWorkload:
         pull = torch.stack([self._pull(step, r) for r in rows]).mean(0) + 0.5 * flat
         return {"0.weight": pull[:3].clone(), "0.bias": pull[3:].clone()}
 
+    def gradients(self, theta, step: int, rows: Sequence[int]) -> list[dict]:
+        return [self.gradient(theta, step, rows)]  # a linear model: no kink for rounding to cross
+
     def parameters(self, used: Sequence[Sequence[int]]) -> dict:
         theta = {"0.weight": torch.tensor([0.5, -0.25, 0.125], dtype=torch.float64), "0.bias": torch.tensor([0.0], dtype=torch.float64)}
         for step, rows in enumerate(used):

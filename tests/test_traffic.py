@@ -78,3 +78,26 @@ def test_a_gradient_near_zero_keeps_the_float32_error_of_its_terms() -> None:
     delivered = torch.cat([torch.tensor([-2.0563602e-05], dtype=torch.float64), weight])
     assert locate(delivered, {"weight": weight, "bias": bias}, rtol=1e-4) == {"weight": Located(1, 1.0), "bias": Located(0, 1.0)}
     assert "bias" not in locate(delivered, {"weight": weight, "bias": bias * 2}, rtol=1e-4)
+
+
+def test_a_relu_input_rounding_puts_on_the_other_side_of_its_kink_is_taken_either_way() -> None:
+    """p10's first stage, one sample's input to one ReLU unit 1e-7 above zero in float64 (as a
+    timed launch met it: the rank's float32 micro-batch had it at -5.2e-8, so the unit passed no
+    gradient): the rank's gradient is among the workload's `gradients`, not its `gradient` (27
+    times the tolerance off: the launch could not be timed); an input 1e-3 from zero has one side."""
+    from grader.practicals.reference import DataParallelWorkload, template_two_stage
+
+    workload = DataParallelWorkload(lambda: template_two_stage(8, 16), {"seed": 5, "batch_size": 8, "dim": 8, "hidden": 16, "steps": 1, "lr": 0.1}, 2)
+    x, _ = workload.batch(0)
+    rows = (4, 5, 6, 7)
+    for gap, sides in ((1e-7, 2), (1e-3, 1)):
+        theta = dict(workload.parameters([]))
+        weight = theta["stage1.0.weight"].reshape(16, 8)
+        bias = theta["stage1.0.bias"].clone()
+        bias[3] = gap - float(x[7].double() @ weight[3])  # sample 7, unit 3: `gap` above the kink
+        theta["stage1.0.bias"] = bias
+        rank = workload.gradient({**theta, "stage1.0.bias": bias - 2 * gap * (torch.arange(16) == 3)}, 0, rows)  # the unit on the other side for sample 7
+        others = [g for g in workload.gradients(theta, 0, rows) if float((g["stage1.0.weight"] - rank["stage1.0.weight"]).norm()) < 1e-6]
+        default = workload.gradient(theta, 0, rows)
+        assert len(workload.gradients(theta, 0, rows)) == sides
+        assert bool(others) == (sides == 2) and float((default["stage1.0.weight"] - rank["stage1.0.weight"]).norm()) > 1e-4

@@ -225,7 +225,7 @@ def _explain_timeout(run: JobResult) -> str:
     done = [r for r in run.ranks if r.status is not None]
     if done:
         parts.append(f"{_ranks([r.rank for r in done])} had already ended ({', '.join(sorted({_status_word(r) for r in done}))})")
-    if stuck and all(rank.stack and "init_process_group" in rank.stack[-1].code for rank in stuck):
+    if stuck and all(rank.stack and "init_process_group(" in rank.stack[-1].code for rank in stuck):
         parts.append(RENDEZVOUS_HINT)
     if run.stalled_s is not None:
         return f"hung: stopped after {run.wall_s:.1f} s, when none of its processes had used the CPU for {run.stalled_s:g} s (waiting for something that never comes): " + "; ".join(parts)

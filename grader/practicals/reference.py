@@ -45,6 +45,10 @@ def template_two_stage(dim: int, hidden: int) -> Any:
     return TwoStageModel()
 
 
+KINK = 2e-6  # a ReLU input this close to zero may lie on either side in float32 (`DataParallelWorkload.gradients`)
+MAX_KINKS = 3  # of them, the nearest take both sides: 2**3 gradients at most
+
+
 class DataParallelWorkload:
     """A run's training as the grader computes it (grader.traffic.training.Workload): the
     template's model from `build()`, the grading's data and SGD; single-process parameters are
@@ -91,6 +95,42 @@ class DataParallelWorkload:
         index = torch.tensor(list(rows), dtype=torch.long)
         torch.nn.functional.mse_loss(model(x[index].double()), y[index].double()).backward()
         return {name: p.grad.reshape(-1).clone() for name, p in model.named_parameters()}
+
+    def gradients(self, theta: Mapping[str, Any], step: int, rows: Sequence[int]) -> list[dict[str, Any]]:
+        """`gradient`, then the same with each choice of side for the ReLU inputs within KINK
+        of zero (at most MAX_KINKS of them, the nearest): float32's rounding in the rank's
+        summation order may put such an input on the other side of the kink than float64 does,
+        and the unit's gradient then passes or not (measured: an input of 1.1e-7 in float64
+        came out -5.2e-8 in the rank's float32 micro-batch; one element of 131,072 changed
+        p10's first-stage gradient by 0.27%, 27 times the tolerance, in one timed launch in 25)."""
+        import itertools
+
+        import torch
+
+        x, y = self.batch(step)
+        index = torch.tensor(list(rows), dtype=torch.long)
+        inputs, model = [], self._model(theta, double=True)
+        relus = [module for module in model.modules() if isinstance(module, torch.nn.ReLU)]
+        handles = [relu.register_forward_hook(lambda module, given, out: inputs.append(given[0].detach())) for relu in relus]
+        with torch.no_grad():
+            model(x[index].double())
+        for handle in handles:
+            handle.remove()
+        near = sorted(((float(z.reshape(-1)[at].abs()), layer, at) for layer, z in enumerate(inputs) for at in (z.reshape(-1).abs() < KINK).nonzero().reshape(-1).tolist()))[:MAX_KINKS]
+        if not near:
+            return [self.gradient(theta, step, rows)]
+        variants = []
+        for flips in itertools.product((False, True), repeat=len(near)):
+            masks = [(z > 0).double().reshape(-1) for z in inputs]
+            for flip, (_, layer, at) in zip(flips, near):
+                if flip:
+                    masks[layer][at] = 1.0 - masks[layer][at]
+            model = self._model(theta, double=True)
+            for relu, mask, z in zip((module for module in model.modules() if isinstance(module, torch.nn.ReLU)), masks, inputs):
+                relu.register_forward_hook(lambda module, given, out, mask=mask.reshape(z.shape): given[0] * mask)
+            torch.nn.functional.mse_loss(model(x[index].double()), y[index].double()).backward()
+            variants.append({name: p.grad.reshape(-1).clone() for name, p in model.named_parameters()})
+        return variants
 
     def parameters(self, used: Sequence[Sequence[int]]) -> dict[str, Any]:
         """Single-process SGD's parameters after len(used) steps, step i on rows used[i] (float32

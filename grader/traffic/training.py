@@ -27,8 +27,9 @@ say where they rest on records for it (grader.checks.distributed).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Protocol, Sequence
 
 from grader.probe.transport.traffic import TrafficReport
 from grader.traffic.locate import Located, floor, locate
@@ -51,6 +52,10 @@ class Workload(Protocol):
 
     def gradient(self, theta: Params, step: int, rows: Sequence[int]) -> dict[str, torch.Tensor]:
         """The mean loss's gradient over `rows` of step `step`'s batch at parameters `theta`."""
+
+    def gradients(self, theta: Params, step: int, rows: Sequence[int]) -> list[dict[str, torch.Tensor]]:
+        """`gradient` first, then what else float32's rounding may make of it (a ReLU input
+        near zero on its other side)."""
 
     def parameters(self, used: Sequence[Sequence[int]]) -> Params:
         """Single-process training's parameters after len(used) steps, step i on rows used[i]."""
@@ -301,6 +306,15 @@ def _positions(seen: Sequence[StepSeen], reds: Sequence[Reduction]) -> list[Step
     return [replace(s, syncs=tuple(reds[i].position for i in s.syncs), final=tuple(reds[i].position for i in s.final)) for s in seen]
 
 
+MAX_ROUNDINGS = 16  # combinations of the ranks' shard gradients tried (`_roundings`)
+
+
+def _roundings(options: Sequence[Sequence[Params]]) -> Iterator[list[Params]]:
+    """Each rank's shard gradient as the grader computes it, then the other combinations of
+    what float32's rounding may make of each (Workload.gradients), up to MAX_ROUNDINGS."""
+    yield from (list(choice) for choice in itertools.islice(itertools.product(*options), MAX_ROUNDINGS))
+
+
 @dataclass(frozen=True)
 class _Miss:
     why: str
@@ -333,20 +347,20 @@ def _step(reds: Sequence[Reduction], start: int, step: int, thetas: Sequence[tup
     delivered_but = None
     for theta, at_reference in thetas:
         for rows, layout in splits:
-            shards = [workload.gradient(theta[position], step, shard) for position, shard in enumerate(rows)]
-            full = _mean(shards)
-            scan = _scan(reds, start, full, rtol)
-            if scan is None:
-                continue
-            for first in _orders(scan.sizes):
-                sent, counted = _contributions(reds, scan, start, ranks, first)
-                wrong = _per_rank(sent, shards, scan.scale, ranks, scan.rtol, atol)
-                if not wrong or len(counted) == len(scan.final):
-                    break
-            if wrong:
-                delivered_but = delivered_but or f"step {step}: your ranks' all-reduces delivered the full-batch gradient, but {wrong}"
-                continue
-            return StepSeen(step, tuple(counted), tuple(scan.final), scan.scale, rows, layout, at_reference, reds[scan.last].at, scan.rtol)
+            for shards in _roundings([workload.gradients(theta[position], step, shard) for position, shard in enumerate(rows)]):
+                full = _mean(shards)
+                scan = _scan(reds, start, full, rtol)
+                if scan is None:
+                    continue
+                for first in _orders(scan.sizes):
+                    sent, counted = _contributions(reds, scan, start, ranks, first)
+                    wrong = _per_rank(sent, shards, scan.scale, ranks, scan.rtol, atol)
+                    if not wrong or len(counted) == len(scan.final):
+                        break
+                if wrong:
+                    delivered_but = delivered_but or f"step {step}: your ranks' all-reduces delivered the full-batch gradient, but {wrong}"
+                    continue
+                return StepSeen(step, tuple(counted), tuple(scan.final), scan.scale, rows, layout, at_reference, reds[scan.last].at, scan.rtol)
     if delivered_but:
         return _Miss(delivered_but, shards=True)
     left = [r for r in reds[start:] if r.kept]
