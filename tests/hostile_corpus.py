@@ -233,7 +233,7 @@ CASES = (
     # comes second fails (the first holds on after its init so that this is always so; were the
     # first done before the second started, each would train alone on the whole batch, which the
     # checks that compare gradients cannot tell from real synchronisation).
-    Case("changes_rank_and_world_size", p6(SET_ENV, P6_HELD_AFTER_INIT), 0, ("init_process_group must get each process's own rank",)),
+    Case("changes_rank_and_world_size", p6(SET_ENV, P6_HELD_AFTER_INIT), 0, ("registered group '0' of ranks [0], of a world of 2 (init_process_group's rank and world size must be the launcher's RANK and WORLD_SIZE)",)),
     Case("exits_0_before_any_work", p6("import sys\nsys.exit(0)\n", ""), 0, ("every rank exited with status 0 before",)),
     Case("segfaults", p6("import ctypes\nctypes.string_at(0)\n", ""), 0, ("was killed by SIGSEGV at p6_ddp.py:2",)),
     Case("one_rank_raises_system_exit", p6("", P6.replace("t0 = time.time()\n", "t0 = time.time()\nif rank == 1:\n    sys.exit(7)\n")), 4, ("rank 1 exited with status 7",)),

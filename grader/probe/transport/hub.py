@@ -198,7 +198,10 @@ class Hub:
     # ---------------------------------------------------------------- groups and calls
     def _join(self, rank: int, request: Group) -> None:
         if rank not in request.ranks or any(r >= self.world for r in request.ranks):
-            raise BadFrame(f"rank {rank} registered group {request.name[:40]!r} of ranks {list(request.ranks)[:8]}")
+            raise BadFrame(
+                f"rank {rank} registered group {request.name[:40]!r} of ranks {list(request.ranks)[:8]}, of a world of {self.world} "
+                "(init_process_group's rank and world size must be the launcher's RANK and WORLD_SIZE)"
+            )
         if request.ranks[request.member] != rank:
             raise BadFrame(
                 f"rank {rank}'s process group {request.name[:40]!r} says it is rank {request.member} of {len(request.ranks)} "
