@@ -88,13 +88,7 @@ class DataParallelWorkload:
 
     def gradient(self, theta: Mapping[str, Any], step: int, rows: Sequence[int]) -> dict[str, Any]:
         """The mean squared error's gradient over `rows` of the step's batch at `theta`, in float64."""
-        import torch
-
-        x, y = self.batch(step)
-        model = self._model(theta, double=True)
-        index = torch.tensor(list(rows), dtype=torch.long)
-        torch.nn.functional.mse_loss(model(x[index].double()), y[index].double()).backward()
-        return {name: p.grad.reshape(-1).clone() for name, p in model.named_parameters()}
+        return self._backward(theta, step, rows)[0]
 
     def gradients(self, theta: Mapping[str, Any], step: int, rows: Sequence[int]) -> list[dict[str, Any]]:
         """`gradient`, then the same with each choice of side for the ReLU inputs within KINK
@@ -105,32 +99,36 @@ class DataParallelWorkload:
         p10's first-stage gradient by 0.27%, 27 times the tolerance, in one timed launch in 25)."""
         import itertools
 
+        exact, inputs = self._backward(theta, step, rows)
+        near = sorted((float(z[at].abs()), layer, at) for layer, z in enumerate(inputs) for at in (z.abs() < KINK).nonzero().reshape(-1).tolist())[:MAX_KINKS]
+        variants = [exact]
+        for flips in itertools.islice(itertools.product((False, True), repeat=len(near)), 1, None):  # the first, none flipped, is `exact`
+            masks = [(z > 0).double() for z in inputs]
+            for flip, (_, layer, at) in zip(flips, near):
+                if flip:
+                    masks[layer][at] = 1.0 - masks[layer][at]
+            variants.append(self._backward(theta, step, rows, masks)[0])
+        return variants
+
+    def _backward(self, theta: Mapping[str, Any], step: int, rows: Sequence[int], masks: Sequence[Any] | None = None) -> tuple[dict[str, Any], list[Any]]:
+        """The float64 gradient over `rows` at `theta` and each ReLU's input (flat), with the
+        ReLUs' gradient masks replaced by `masks` where given (their forward values stay:
+        an input within KINK of zero is zero's neighbour either way)."""
         import torch
 
         x, y = self.batch(step)
         index = torch.tensor(list(rows), dtype=torch.long)
-        inputs, model = [], self._model(theta, double=True)
-        relus = [module for module in model.modules() if isinstance(module, torch.nn.ReLU)]
-        handles = [relu.register_forward_hook(lambda module, given, out: inputs.append(given[0].detach())) for relu in relus]
-        with torch.no_grad():
-            model(x[index].double())
-        for handle in handles:
-            handle.remove()
-        near = sorted(((float(z.reshape(-1)[at].abs()), layer, at) for layer, z in enumerate(inputs) for at in (z.reshape(-1).abs() < KINK).nonzero().reshape(-1).tolist()))[:MAX_KINKS]
-        if not near:
-            return [self.gradient(theta, step, rows)]
-        variants = []
-        for flips in itertools.product((False, True), repeat=len(near)):
-            masks = [(z > 0).double().reshape(-1) for z in inputs]
-            for flip, (_, layer, at) in zip(flips, near):
-                if flip:
-                    masks[layer][at] = 1.0 - masks[layer][at]
-            model = self._model(theta, double=True)
-            for relu, mask, z in zip((module for module in model.modules() if isinstance(module, torch.nn.ReLU)), masks, inputs):
-                relu.register_forward_hook(lambda module, given, out, mask=mask.reshape(z.shape): given[0] * mask)
-            torch.nn.functional.mse_loss(model(x[index].double()), y[index].double()).backward()
-            variants.append({name: p.grad.reshape(-1).clone() for name, p in model.named_parameters()})
-        return variants
+        model = self._model(theta, double=True)
+        inputs: list[Any] = []
+
+        def seen(module: Any, given: tuple[Any, ...], out: Any) -> Any:
+            inputs.append(given[0].detach().reshape(-1))
+            return None if masks is None else given[0] * masks[len(inputs) - 1].reshape(given[0].shape)
+
+        for relu in (module for module in model.modules() if isinstance(module, torch.nn.ReLU)):
+            relu.register_forward_hook(seen)
+        torch.nn.functional.mse_loss(model(x[index].double()), y[index].double()).backward()
+        return {name: p.grad.reshape(-1).clone() for name, p in model.named_parameters()}, inputs
 
     def parameters(self, used: Sequence[Sequence[int]]) -> dict[str, Any]:
         """Single-process SGD's parameters after len(used) steps, step i on rows used[i] (float32

@@ -215,20 +215,20 @@ def _fork_store(job: JobRequest) -> int | None:
     ready, told = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(ready)
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 0)  # the zygote's requests are not the store's to read
-        os.close(null)
-        try:
+        try:  # whatever happens here, the store's process never returns into the leader's code
+            os.close(ready)
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)  # the zygote's requests are not the store's to read
+            os.close(null)
             from torch.distributed import TCPStore
 
             server = TCPStore("127.0.0.1", int(first["MASTER_PORT"]), is_master=True, multi_tenant=True, wait_for_workers=False)
-        except (RuntimeError, OSError, ValueError):
+            os.write(told, b"r")
+            os.close(told)
+            while server is not None:  # serves from its own threads until the leader ends it
+                signal.pause()
+        finally:
             os._exit(71)
-        os.write(told, b"r")
-        os.close(told)
-        while server is not None:
-            signal.pause()
     os.close(told)
     readable, _, _ = select.select([ready], [], [], STORE_READY_S)
     listening = bool(readable) and os.read(ready, 1) == b"r"

@@ -459,10 +459,9 @@ def cost_ratio(own: Measurement, reference: Measurement) -> float:
     share of either training, lay at different places and counted half: a planted 1.5× in one
     step passed at 1.19×); the counts' ratios are averaged. Where they are more than
     COUNT_SPREAD apart and the cheaper count's work went ahead of its loop, the dearer count's
-    decides (`deciding_counts`): a step costs what it
-    costs whatever the count, and a script that does less work per step when asked for one
-    count than for the other (its steps' work done ahead of the loop for one count only) is
-    judged by the other. Each count's ratio pairs launches made one after the other, under the
+    decides (`deciding_counts`): a step costs what it costs whatever the count, and a script
+    that does less work per step when asked for one count than for the other (its steps' work
+    done ahead of the loop for one count only) is judged by the other. Each count's ratio pairs launches made one after the other, under the
     same load; the reference's launches are never judged by a dearer count alone (one
     disturbed reference launch let a script that moved its work pass at 0.75×)."""
     if deciding := deciding_counts(own, reference):
