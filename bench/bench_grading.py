@@ -436,11 +436,56 @@ SHAPE_SOURCES = {
 }
 
 
-def shapes_section(work: Path, gradings: int) -> list[str]:
+def planted_share(timed, ahead: bool) -> float | None:
+    """What the planted launches of one grading paid beyond the reference's, as a share of the
+    reference's steps, by the hub's clock alone (no statistic of the grader's): per step count,
+    the median time from the first step's end to the last's (`ahead`: from the launch's start to
+    the first step's end, where that spin is: start-up's noise is left out of the other), the
+    submission's less the reference's, over the reference's median first-to-last, scaled to
+    all its steps; averaged over the counts (None: a side was not timed)."""
+    shares = []
+    for count in sorted({launch.spec.clock_steps for launch in timed.reference}):
+        ends = [[launch.step_ends for launch in side if launch.spec.clock_steps == count and isinstance(launch.step_ends, tuple)] for side in (timed.own, timed.reference)]
+        if not ends[0] or not ends[1] or count is None or count < 2:
+            return None
+        own, reference = (statistics.median(e[0] if ahead else e[-1] - e[0] for e in side) for side in ends)
+        shares.append((own - reference) / (statistics.median(e[-1] - e[0] for e in ends[1]) * count / (count - 1)))
+    return statistics.fmean(shares) if shares else None
+
+
+CALIBRATIONS = 2  # gradings of each size a shape is planted at while it is calibrated, whose mean `planted_share` is taken
+
+
+def calibrated_shape(work: Path, shape: str, step_s: float, paid: Callable[[Path, int], float | None]) -> tuple[Path, float, str]:
+    """The shape planted so that its launches pay half the reference's steps beyond them, its
+    factor, and how it was found: what a spin pays is not proportional to its size (half the
+    reference's steps paid 0.24-0.41 in every step, 0.82 of them paid 0.59-0.63), so the spin is
+    sized by the secant through two sizes, each graded CALIBRATIONS times (`paid`: a
+    grading's `planted_share`)."""
+    sizes: list[tuple[float, float]] = []
+    factor = 0.5
+    for attempt in range(2):
+        measured = [paid(planted_shape(work, shape, step_s=step_s, factor=factor), 6900 + 10 * attempt + k) for k in range(CALIBRATIONS)]
+        sizes.append((factor, statistics.fmean(m for m in measured if m is not None)))
+        print(f"{shape}: a spin of {factor:.3f} paid {sizes[-1][1]:.3f}", file=sys.stderr, flush=True)
+        factor = factor * 0.5 / max(sizes[-1][1], 0.05)
+    (f0, p0), (f1, p1) = sizes
+    if abs(p1 - p0) > 0.02:
+        factor = min(max(f1 + (0.5 - p1) * (f1 - f0) / (p1 - p0), 0.1), 2.0)
+    sizing = "; ".join(f"{f:.2f} paid {p:.2f}" for f, p in sizes) + f" → {factor:.2f}"
+    return planted_shape(work, shape, step_s=step_s, factor=factor), factor, sizing
+
+
+def shapes_section(work: Path, gradings: int, only: tuple[str, ...] = ()) -> list[str]:
     """Issue 32's shapes: a planted 1.5× slowdown of the whole training in each shape (SHAPE_SOURCES,
     and before the first step), on p6's timed run carried by the hub (CARRIED_P6), each graded
-    `gradings` times in-process: how often `efficiency` fails it (target ≥ 19 of 20)."""
-    from grader.grade.pipeline import grade as grade_in_process
+    `gradings` times in-process: how often `efficiency` fails it (target ≥ 19 of 20).
+
+    A spin does not add its own length to a step (8.2 ms of spin in every step added 6.7 ms:
+    bench/RESULTS.md), so each shape's spin is calibrated first (`calibrated_shape`) by what
+    its launches paid beyond the reference's (`planted_share`, by the hub's clock). Every grading's planted share is shown beside
+    the grader's ratio: the ratio should read 1 + that share."""
+    from grader.grade.pipeline import execute, judge
     from grader.practicals import p6
     from grader.run.local import LocalRunner
     from grader.spec import load_assignment
@@ -450,34 +495,43 @@ def shapes_section(work: Path, gradings: int) -> list[str]:
     (work / "shapes-runs").mkdir(exist_ok=True)
     started = time.perf_counter()
     rows = []
+    options = lambda seed: GradeOptions(solutions=ROOT / "solutions", seed=seed)  # noqa: E731
     with LocalRunner(work / "shapes-runs") as runner:  # the reference's step first: every shape's work is sized from it
         plain = work / "shape-reference"
         if plain.exists():
             shutil.rmtree(plain)
         shutil.copytree(ROOT / "solutions" / "p6", plain)
-        report = grade_in_process(practical, plain, runner, GradeOptions(solutions=ROOT / "solutions", seed=6999))
+        report = judge(practical, execute(practical, plain, runner, options(6999)))
         step_s = next(c for c in report.checks if c.id == "efficiency").data["speed"]["timed"]["reference"]["cost_step_s"]
-        for shape in (*SHAPE_SOURCES, "before_the_first_step"):
-            folder = planted_shape(work, shape, step_s=step_s)
+        for shape in only or (*SHAPE_SOURCES, "before_the_first_step"):
+            ahead = shape == "before_the_first_step"
+            folder, factor, sizing = calibrated_shape(work, shape, step_s, lambda folder, seed: planted_share(execute(practical, folder, runner, options(seed)).timings["timed"], ahead))
             outcomes = []
             for run in range(gradings):
-                report = grade_in_process(practical, folder, runner, GradeOptions(solutions=ROOT / "solutions", seed=7000 + run))
-                check = next(c for c in report.checks if c.id == "efficiency")
+                execution = execute(practical, folder, runner, options(7000 + run))
+                check = next(c for c in judge(practical, execution).checks if c.id == "efficiency")
                 ratio = check.data.get("speed", {}).get("timed", {}).get("ratio", float("nan"))
-                outcomes.append((check.status.value, ratio))
-                print(f"{shape}, grading {run + 1}: efficiency {check.status.value} ({ratio:.2f}×)", file=sys.stderr, flush=True)
-            caught = sum(status == "failed" for status, _ in outcomes)
-            rows.append(f"| {shape.replace('_', ' ')} | **{caught} of {gradings}** | {', '.join(f'{r:.2f}' for r in sorted(r for _, r in outcomes))} |")
+                share = planted_share(execution.timings["timed"], ahead) if "timed" in execution.timings else None
+                outcomes.append((check.status.value, ratio, share if share is not None else float("nan")))
+                print(f"{shape}, grading {run + 1}: efficiency {check.status.value} ({ratio:.2f}×, planted {share})", file=sys.stderr, flush=True)
+            caught = sum(status == "failed" for status, _, _ in outcomes)
+            shares = sorted(s for _, _, s in outcomes)
+            rows.append(
+                f"| {shape.replace('_', ' ')} | {sizing} | {1 + statistics.median(shares):.2f} ({1 + shares[0]:.2f}–{1 + shares[-1]:.2f}) "
+                f"| **{caught} of {gradings}** | {', '.join(f'{r:.2f}' for r in sorted(r for _, r, _ in outcomes))} |"
+            )
     return [
         "## A planted 1.5× slowdown in every shape (issue 32)",
         "",
         f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --shapes {gradings}` ({(time.perf_counter() - started) / 60:.0f} min): "
         "p6's timed run alone (3 rounds of 20, 60 and 20 steps, carried by the hub), its reference made 1.5× slower in all by a spin on the real clock, "
-        "its own clocks slowed to a third; the spin in every timed step, in 11 of the 18, in every fifth, in one, or ahead of the loop "
-        f"(half of the steps asked times the reference's step, {step_s * 1000:.2f} ms by the hub's clock in a grading of the plain reference).",
+        "its own clocks slowed to a third; the spin in every timed step, in 11 of the 18, in every fifth, in one, or ahead of the loop. "
+        f"Each spin is calibrated first: sized as a share of the steps asked times the reference's step ({step_s * 1000:.2f} ms by the hub's clock in a grading of the plain reference), "
+        "graded twice at each of two sizes, and sized by the secant through them to pay half the reference's steps beyond them, by the hub's clock (`planted_share`: the time from the first step's end to the last's, or, ahead of the loop, from the launch's start to the first step's end). "
+        "'Paid' is that share in each grading: the ratio `efficiency` reads should be about 1 + it.",
         "",
-        "| where the work is | caught (target ≥ 19 of 20) | ratios |",
-        "|---|---|---|",
+        "| where the work is | sizing: spin paid (mean of 2 gradings) → planted | paid in the gradings: median (range) | caught (target ≥ 19 of 20) | ratios |",
+        "|---|---|---|---|---|",
         *rows,
         "",
     ]
@@ -498,30 +552,28 @@ def correct_submissions(work: Path) -> list[tuple[str, str, Path]]:
     return found
 
 
-def steady_section(work: Path, gradings: int) -> list[str]:
-    """Every reference solution and correct variant graded `gradings` times in a row, timed:
-    the Markdown section that says how many gradings fell short of full marks, and which checks."""
+def steady_section(work: Path, gradings: int, busy: bool = False) -> list[str]:
+    """Every reference solution and correct variant graded `gradings` times in a row, timed
+    (`busy`: with a competing process on the last core throughout): the Markdown section that
+    says how many gradings fell short of full marks, and which checks."""
     submissions = correct_submissions(work)
     short: dict[str, list[str]] = {f"{p} {name}": [] for p, name, _ in submissions}
     ratios: dict[str, list[float]] = {key: [] for key in short}
     started = time.perf_counter()
-    for run in range(gradings):
-        for practical, name, folder in submissions:
-            _, document = grade(practical, work / "steady.json", "--seed", str(4000 + run), folder=folder)
-            lost = [t["tags"][0] for t in document["tests"] if t.get("status") == "failed"]
-            if lost or document["score"] < document["extra_data"]["max_score"]:
-                short[f"{practical} {name}"].append(f"grading {run + 1}: {', '.join(lost) or 'points short'}")
-            ratio = next((t.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio") for t in document["tests"] if t["tags"][0] == "efficiency"), None)
-            if ratio is not None:
-                ratios[f"{practical} {name}"].append(ratio)
-            print(f"grading {run + 1} of {practical} {name}: {document['score']:g}/{document['extra_data']['max_score']:g}{'' if ratio is None else f' (efficiency {ratio:.2f}×)'} {' '.join(lost)}", file=sys.stderr, flush=True)
+    load = competing_load() if busy else None
+    try:
+        _steady_gradings(work, gradings, submissions, short, ratios)
+    finally:
+        if load is not None:
+            load.kill()
     minutes = (time.perf_counter() - started) / 60
     flaky = sum(len(found) for found in short.values())
     lines = [
-        "## Steady verdicts: correct submissions graded again and again",
+        f"## Steady verdicts{' with a busy core' if busy else ''}: correct submissions graded again and again",
         "",
-        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --steady {gradings}` ({minutes:.0f} min): "
-        f"every reference solution and every correct variant of the tests, graded {gradings} times in a row, timed, each with its own seed. "
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --steady {gradings}{' --busy' if busy else ''}` ({minutes:.0f} min): "
+        f"every reference solution and every correct variant of the tests, graded {gradings} times in a row, timed, each with its own seed"
+        f"{', a busy loop pinned to the last core throughout' if busy else ''}. "
         f"**{flaky} of {gradings * len(submissions)}** gradings fell short of full marks (target 0).",
         "",
         "| practical | submission | gradings with full marks | efficiency ratios |",
@@ -532,6 +584,20 @@ def steady_section(work: Path, gradings: int) -> list[str]:
         spread = f"{min(measured):.2f}–{max(measured):.2f}×" if measured else "–"
         lines.append(f"| {practical} | {name} | {gradings - len(misses)} of {gradings}{' — ' + '; '.join(misses[:3]) if misses else ''} | {spread} |")
     return [*lines, ""]
+
+
+def _steady_gradings(work: Path, gradings: int, submissions: list[tuple[str, str, Path]], short: dict[str, list[str]], ratios: dict[str, list[float]]) -> None:
+    """steady_section's gradings, round by round, into `short` and `ratios`."""
+    for run in range(gradings):
+        for practical, name, folder in submissions:
+            _, document = grade(practical, work / "steady.json", "--seed", str(4000 + run), folder=folder)
+            lost = [t["tags"][0] for t in document["tests"] if t.get("status") == "failed"]
+            if lost or document["score"] < document["extra_data"]["max_score"]:
+                short[f"{practical} {name}"].append(f"grading {run + 1}: {', '.join(lost) or 'points short'}")
+            ratio = next((t.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio") for t in document["tests"] if t["tags"][0] == "efficiency"), None)
+            if ratio is not None:
+                ratios[f"{practical} {name}"].append(ratio)
+            print(f"grading {run + 1} of {practical} {name}: {document['score']:g}/{document['extra_data']['max_score']:g}{'' if ratio is None else f' (efficiency {ratio:.2f}×)'} {' '.join(lost)}", file=sys.stderr, flush=True)
 
 
 STATISTICS = {"cost": "what a step costs: each step's median over the launches (efficiency)", "undisturbed_step_s": "first deciles (efficiency before 2026-11-26)", "median_step_s": "launch medians"}
@@ -592,7 +658,7 @@ def splice(text: str, section: list[str]) -> str:
     before the GPU section when there is none)."""
     heading = section[0]
     kept = text.split("\n")
-    start = next((i for i, line in enumerate(kept) if line.startswith(heading.split(":")[0])), None)
+    start = next((i for i, line in enumerate(kept) if line.split(":")[0] == heading.split(":")[0]), None)
     if start is None:
         start = next((i for i, line in enumerate(kept) if line.startswith("## On a GPU machine")), len(kept))
         return "\n".join([*kept[:start], *section, *kept[start:]])
@@ -654,16 +720,18 @@ def main() -> None:
     parser.add_argument("--before", metavar="REV", help="also grade p6 with the grader of this commit, alternating with this checkout's (the cost of a change)")
     parser.add_argument("--carried", metavar="REV", help="only the hub's section: its cost against REV (a commit before it), a planted 1.5× slowdown and false fails, each --false-fail-runs gradings; spliced into --out")
     parser.add_argument("--steady", type=int, metavar="N", help="only the steady-verdicts section: every reference solution and correct variant graded N times; spliced into --out")
+    parser.add_argument("--busy", action="store_true", help="with --steady: a competing process keeps the last core busy throughout")
     parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
     parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run not carried, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
     parser.add_argument("--shapes", type=int, metavar="N", help="only the shapes section: a planted 1.5× slowdown in every step, most, every fifth, one, and ahead of the loop, N gradings each; spliced into --out")
+    parser.add_argument("--shape", action="append", choices=(*SHAPE_SOURCES, "before_the_first_step"), help="with --shapes: only this shape (repeatable)")
     parser.add_argument("--memory", action="store_true", help="only the peak-memory section: each practical's grading in a cgroup of its own (root); spliced into --out")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
     if options.steady or options.spread or options.clocked or options.shapes or options.memory:
         section = (
-            steady_section(work, options.steady) if options.steady
-            else shapes_section(work, options.shapes) if options.shapes
+            steady_section(work, options.steady, options.busy) if options.steady
+            else shapes_section(work, options.shapes, tuple(options.shape or ())) if options.shapes
             else spread_section(work, options.spread) if options.spread
             else clocked_section(work, options.clocked) if options.clocked
             else memory_section(work)

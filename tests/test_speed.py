@@ -455,6 +455,18 @@ def test_a_slow_submission_stays_slow_in_the_extra_rounds_and_a_fast_one_gets_no
     assert [job.name for job in crashing.jobs] == ["ws2", "timed@reference", "timed"]  # its failed launch leaves its side untimed: no more launches of the run, and no matter of doubt
 
 
+
+def test_a_verdict_just_under_the_limit_waits_for_more_rounds_and_one_well_under_it_does_not(timed_practical) -> None:
+    """1.15× against the spec's 1.2×: within DOUBT_MARGIN of the limit, so the spec's 2 rounds
+    and 2 more, and it passes on all of them; 1.05× gets the spec's 2 rounds alone."""
+    practical, submission, solutions = timed_practical
+    for own_step, rounds, shown in ((0.0115, 4, "1.15×"), (0.0105, 2, "1.05×")):
+        runner = FakeRunner(lambda job, own_step=own_step: answer(job, 0.01 if "@reference" in job.name or job.name == "ws2" else own_step))
+        report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
+        assert len(runner.jobs) == 1 + rounds * 4, [job.name for job in runner.jobs]
+        efficiency = next(c for c in report.checks if c.id == "efficiency")
+        assert efficiency.status is Status.PASSED and f"{shown} the reference's step time" in efficiency.summary and f"{rounds} pairs of launches" in efficiency.summary
+
 CARRIED = SPEC.replace("ranks_per_node: 2}", "ranks_per_node: 2, carried: true}").replace("ranks_per_node: 2, args: {steps: 80}}", "ranks_per_node: 2, carried: true, args: {steps: 8}}")
 
 

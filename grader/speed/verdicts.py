@@ -15,9 +15,10 @@ interleaved with the submission's), so a busy node slows both sides alike:
 - `faster_than`: the first run's step time is at most `max_ratio` × the second's (e.g. p6's
   DDP against p5's reference DataParallel on the same GPUs and batch).
 
-A submission that would fail `efficiency` after the spec's k rounds of launches gets up to k
-more rounds before the verdict (grader/speed/schedule.py): failing takes twice the evidence,
-while a slow submission stays slow in every round. A side that could not be timed fails the
+A submission that would fail `efficiency` after the spec's k rounds of launches, or pass it
+by less than DOUBT_MARGIN, gets up to k more rounds before the verdict
+(grader/speed/schedule.py): failing takes twice the evidence, while a slow submission stays
+slow in every round, and a verdict near the limit rests on more launches. A side that could not be timed fails the
 check when it is the submission's own launches (a crash is not a fast run), and defers it
 when it is the reference's (not the student's doing).
 """
@@ -88,12 +89,18 @@ def efficiency(ctx: CheckContext) -> Verdict:
     return Verdict(passed, summary, tuple(lines), data={"speed": data})
 
 
+DOUBT_MARGIN = 0.1  # a ratio less than this below max_ratio is in doubt too: work moved ahead of the loop, 1.5x in all, read 1.22-1.48x where the launches of one step count were one each (bench/RESULTS.md)
+
+
 def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any]) -> bool:
-    """Whether `efficiency` would fail on these launches though both sides were timed (more
-    launches of both may still pass it; a crash or an untimed side is not a matter of doubt)."""
+    """Whether `efficiency` would fail on these launches, or pass them by less than
+    DOUBT_MARGIN, though both sides were timed: more launches of both may still pass it, or
+    fail it (a crash or an untimed side is not a matter of doubt). Each round adds a launch of
+    every step count to each side, and the least time before the first timed step, which
+    `charged` reads per count, is the least over more of them."""
     reference = measure(timed.reference, warmup)
     own = charged(measure(timed.own, warmup), reference)
-    return own.timed and reference.timed and cost_ratio(own, reference) > float(options["max_ratio"])
+    return own.timed and reference.timed and cost_ratio(own, reference) > float(options["max_ratio"]) - DOUBT_MARGIN
 
 
 def _calibrated_speedup(ctx: CheckContext, baseline: str, parallel: str) -> float | None:
