@@ -24,7 +24,7 @@ sections it did not measure are kept) and prints them.
 5. Steady verdicts (`--steady N`, alone): every reference solution and every correct variant
    the tests hold (tests/p*_variants.py: the correct-but-unusual ones, the tutorial-style
    ones) graded N times in a row, timed; every grading must give full marks. Spliced into the
-   results file.
+   results file. With `--busy`, a competing process keeps the last core busy throughout.
 6. Spread (`--spread N`, alone): p6's and p10's reference solutions graded N times each,
    timed: the ratio of the submission's side (the reference itself) to the reference's side
    by what a step costs (each step's median over the launches, what `efficiency` judges), by
@@ -38,10 +38,13 @@ sections it did not measure are kept) and prints them.
    DataParallel step times, NVML readings, and the fidelity suite (virtual vs real devices).
 9. Shapes (`--shapes N`, alone): a planted 1.5× slowdown in every timed step, in most, in every
    fifth, in one, and ahead of the loop, on p6's timed run carried by the hub, N gradings each
-   (caught, target ≥ 19 of 20). Spliced into the results file.
+   (caught, target ≥ 19 of 20), each shape's spin first calibrated to pay half the
+   reference's steps by the hub's clock. Spliced into the results file.
 10. Peak memory (`--memory`, alone, as root): each practical's grading started in a cgroup of
    its own, whose peak counts the grader, its launchers, every rank and their tmpfs files: what
    a grading machine (or Gradescope's image) must hold. Spliced into the results file.
+11. Before and after (`--compare REV`, alone): p6 and p10 graded with the grader of REV and
+   with this checkout's, alternating, the minimum of --repeat + 1. Spliced into the results file.
 All ratios are measured in this one process run.
 """
 from __future__ import annotations
@@ -208,30 +211,33 @@ def gpu_section(work: Path) -> list[str]:
     return lines
 
 
-def compare_with(revision: str, work: Path, repeats: int, heading: str = "## A graded p6 before and after (the grader of {commit} against this checkout's)") -> list[str]:
-    """A graded p6 (the reference solution, sandboxed, timed) with the grader of `revision`
-    and with this checkout's, alternating: the Markdown section that compares them, under
-    `heading` (where {commit} is the revision's short hash)."""
+def compare_with(revision: str, work: Path, repeats: int, heading: str = "## A graded p6 before and after (the grader of {commit} against this checkout's)", practicals: tuple[str, ...] = ("p6",)) -> list[str]:
+    """Each of `practicals` graded (the reference solution, sandboxed, timed) with the grader of
+    `revision` and with this checkout's, alternating: the Markdown section that compares them,
+    under `heading` (where {commit} is the revision's short hash)."""
     tree = work / "before"
     subprocess.run(["git", "worktree", "add", "--detach", str(tree), revision], cwd=ROOT, check=True, capture_output=True)
+    times: dict[str, dict[str, list[float]]] = {practical: {"before": [], "now": [], "bare": []} for practical in practicals}
     try:
-        times: dict[str, list[float]] = {"before": [], "now": [], "bare": []}
         for repeat in range(repeats):
-            times["before"].append(grade("p6", work / "before.json", "--seed", str(2000 + repeat), tree=tree)[0])
-            times["now"].append(grade("p6", work / "now.json", "--seed", str(2000 + repeat))[0])
-            times["bare"].append(grade("p6", work / "bare.json", "--seed", str(2000 + repeat), "--no-views")[0])
+            for practical in practicals:
+                times[practical]["before"].append(grade(practical, work / "before.json", "--seed", str(2000 + repeat), tree=tree)[0])
+                times[practical]["now"].append(grade(practical, work / "now.json", "--seed", str(2000 + repeat))[0])
+                times[practical]["bare"].append(grade(practical, work / "bare.json", "--seed", str(2000 + repeat), "--no-views")[0])
+                print(f"{practical}, repeat {repeat + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times[practical].items()), file=sys.stderr, flush=True)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
     commit = subprocess.run(["git", "rev-parse", "--short", revision], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    low, now, bare = min(times["before"]), min(times["now"]), min(times["bare"])
-    medians = ", ".join(f"{statistics.median(found):.1f} s" for found in times.values())
-    return [
-        heading.format(commit=commit),
-        "",
-        f"`grade p6 solutions/p6`, sandboxed and timed, alternating, the minimum of {repeats}: before {low:.1f} s; now {now:.1f} s (**{now / low:.2f}×**), "
-        f"of which drawing what the runs did is the difference to `--no-views`, {bare:.1f} s (**{bare / low:.2f}×**: the recorder's and the grading's own cost). Medians: {medians}.",
-        "",
-    ]
+    lines = [heading.format(commit=commit), ""]
+    for practical, found in times.items():
+        low, now, bare = min(found["before"]), min(found["now"]), min(found["bare"])
+        medians = ", ".join(f"{statistics.median(seconds):.1f} s" for seconds in found.values())
+        lines += [
+            f"`grade {practical} solutions/{practical}`, sandboxed and timed, alternating, the minimum of {repeats}: before {low:.1f} s; now {now:.1f} s (**{now / low:.2f}×**), "
+            f"of which drawing what the runs did is the difference to `--no-views`, {bare:.1f} s (**{bare / low:.2f}×**: the recorder's and the grading's own cost). Medians (before, now, without views): {medians}.",
+            "",
+        ]
+    return lines
 
 
 CLOCK_FORGERY = "for _name in ('monotonic', 'perf_counter', 'time'):\n    setattr(time, _name, lambda real=getattr(time, _name), start=getattr(time, _name)(): start + (real() - start) / 3)\n"
@@ -725,12 +731,14 @@ def main() -> None:
     parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run not carried, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
     parser.add_argument("--shapes", type=int, metavar="N", help="only the shapes section: a planted 1.5× slowdown in every step, most, every fifth, one, and ahead of the loop, N gradings each; spliced into --out")
     parser.add_argument("--shape", action="append", choices=(*SHAPE_SOURCES, "before_the_first_step"), help="with --shapes: only this shape (repeatable)")
+    parser.add_argument("--compare", metavar="REV", help="only a graded p6 and p10 with the grader of REV against this checkout's, alternating, --repeat + 1 times; spliced into --out")
     parser.add_argument("--memory", action="store_true", help="only the peak-memory section: each practical's grading in a cgroup of its own (root); spliced into --out")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-grading-"))
-    if options.steady or options.spread or options.clocked or options.shapes or options.memory:
+    if options.steady or options.spread or options.clocked or options.shapes or options.memory or options.compare:
         section = (
-            steady_section(work, options.steady, options.busy) if options.steady
+            compare_with(options.compare, work, options.repeat + 1, "## A graded p6 and p10 before and after (the grader of {commit} against this checkout's)", ("p6", "p10")) if options.compare
+            else steady_section(work, options.steady, options.busy) if options.steady
             else shapes_section(work, options.shapes, tuple(options.shape or ())) if options.shapes
             else spread_section(work, options.spread) if options.spread
             else clocked_section(work, options.clocked) if options.clocked
