@@ -24,6 +24,7 @@ from grader.checks import failures
 from grader.course import Practical
 from grader.grade.options import reference_reserve_s
 from grader.grade.plan import carried, merged_args, runs_of
+from grader.probe.messages import DdpOptions
 from grader.run.job import JobResult
 from grader.spec import Assignment, CheckSpec, RunDef
 from grader.speed.measure import TimedRuns, carried_work
@@ -86,8 +87,8 @@ def run_timed(launches: TimedLaunches, launch: Launch, deadline: float) -> dict[
         launches.reference.setdefault(run.name, [])
     pending = schedule.timed
     for repeat in range(2 * schedule.repeats if schedule.timed else 0):
-        if repeat >= schedule.repeats:  # the spec's rounds are done: more only for runs a check doubts, while the budget has room for them
-            pending = tuple(run for run in schedule.timed if schedule.doubtful(run.name, launches.of(run.name)) and room_for(run.name, launches.own, launches.reference, deadline))
+        if repeat >= schedule.repeats:  # the spec's rounds are done: more only for runs a check still doubts, while the budget has room for them
+            pending = tuple(run for run in pending if schedule.doubtful(run.name, launches.of(run.name)) and room_for(run.name, launches.own, launches.reference, deadline))
         for run in pending:
             for steps, role in schedule.order(run.name, repeat):
                 if launches.failed(run.name):
@@ -162,6 +163,8 @@ class HubTiming:
     args: Mapping[str, Any]
     runs: tuple[RunDef, ...]  # the carried timed runs
 
+    timed_launches: dict[tuple[int, DdpOptions | None], tuple[JobResult, JobResult]] = field(default_factory=dict, compare=False, repr=False)  # by launch, what carried_work made of it (the doubt after each extra round and the verdict read the same launches)
+
     @cached_property
     def references(self) -> Mapping[str, Any]:
         return self.practical.module.references(self.args, self.runs) if self.runs else {}
@@ -170,8 +173,14 @@ class HubTiming:
         reference = self.references.get(name) if any(run.name == name for run in self.runs) else None
         if reference is None:
             return timed
-        own = tuple(carried_work(launch, reference, timed.adopted_options) for launch in timed.own)
-        return TimedRuns(own, tuple(carried_work(launch, reference) for launch in timed.reference))
+        own = tuple(self._timed(launch, reference, timed.adopted_options) for launch in timed.own)
+        return TimedRuns(own, tuple(self._timed(launch, reference, None) for launch in timed.reference))
+
+    def _timed(self, launch: JobResult, reference: Any, adopted: DdpOptions | None) -> JobResult:
+        key = (id(launch), adopted)
+        if key not in self.timed_launches:  # the launch is kept beside its result, so its id is not reused
+            self.timed_launches[key] = (launch, carried_work(launch, reference, adopted))
+        return self.timed_launches[key][1]
 
 
 def round_order(steps: tuple[int, int] | None) -> tuple[tuple[int | None, str], ...]:
