@@ -135,7 +135,7 @@ def _part(rank: int, values: Sequence[torch.Tensor], at: float) -> Part:
     return Part(rank, at, tuple(TensorMeta("float32", tuple(t.shape)) for t in tensors), data, tuple(float(t.sum()) for t in tensors))
 
 
-def ddp_traffic(workload: FakeWorkload, rows_of: Callable[[int, int], list[int]], *, ddp: bool = True, scale: float = 1.0, steps: int | None = None, accumulate: bool = False, used_map: bool = False, buckets: int = 1) -> TrafficReport:
+def ddp_traffic(workload: FakeWorkload, rows_of: Callable[[int, int], list[int]], *, ddp: bool = True, scale: float = 1.0, steps: int | None = None, accumulate: bool = False, used_map: bool = False, buckets: int = 1, logged_loss: bool = False) -> TrafficReport:
     """What the grader's hub carries for DDP training `workload` with each rank feeding
     `rows_of(rank, step)`: rank 0's initial parameters broadcast (`ddp`), then one all-reduce
     per step, each rank sending its rows' gradient × `scale` / world size (DDP divides before
@@ -143,7 +143,8 @@ def ddp_traffic(workload: FakeWorkload, rows_of: Callable[[int, int], list[int]]
     step sends the sum of every step's so far). The update is single-process training's on
     the delivered gradient. `used_map`: an all-reduce of whole numbers before each step's
     (find_unused_parameters' map of the parameters used); `buckets`: 2 splits the gradient into
-    two all-reduces (a small bucket_cap_mb)."""
+    two all-reduces (a small bucket_cap_mb); `logged_loss`: an all-reduce of one float after
+    each step's gradients (the loss averaged over the ranks for the log)."""
     world = workload.world
     carried, clock = [], 0.0
     theta = workload.parameters([])
@@ -166,6 +167,8 @@ def ddp_traffic(workload: FakeWorkload, rows_of: Callable[[int, int], list[int]]
         for bucket in range(len(parts[0])):
             members = tuple(_part(rank, [parts[rank][bucket]], clock) for rank in range(world))
             carried.append(Carried("0", len(carried), "all_reduce", "SUM", -1, clock + 0.01 * (bucket + 1), members, None))
+        if logged_loss:
+            carried.append(Carried("0", len(carried), "all_reduce", "SUM", -1, clock + 0.05, tuple(_part(rank, [torch.tensor([0.5])], clock + 0.05) for rank in range(world)), None))
         theta = {n: theta[n] - workload.lr * delivered[n] for n in workload.names}
     report = TrafficReport(world, (GroupRecord("0", tuple(range(world)), tuple(range(world))),), tuple(carried), tuple(RankEnd(r, clock + 0.1, "closed") for r in range(world)), 0, 0)
     return report

@@ -9,7 +9,7 @@ from observations import FakeWorkload, _part, contiguous, ddp_traffic
 
 from grader.probe.transport.traffic import Part
 from grader.traffic.locate import Located, locate
-from grader.traffic.training import analyse
+from grader.traffic.training import analyse, sized_step_ends
 
 
 def test_a_one_element_gradient_is_found_beside_its_bucket_neighbour_not_where_a_value_matches_by_chance() -> None:
@@ -78,6 +78,18 @@ def test_a_gradient_near_zero_keeps_the_float32_error_of_its_terms() -> None:
     delivered = torch.cat([torch.tensor([-2.0563602e-05], dtype=torch.float64), weight])
     assert locate(delivered, {"weight": weight, "bias": bias}, rtol=1e-4) == {"weight": Located(1, 1.0), "bias": Located(0, 1.0)}
     assert "bias" not in locate(delivered, {"weight": weight, "bias": bias * 2}, rtol=1e-4)
+
+
+def test_steps_found_by_their_sizes_pass_over_a_loss_all_reduced_for_the_log_after_each() -> None:
+    """A timed launch's steps beyond those the hub kept are found by their all-reduces' sizes: a
+    loss averaged over the ranks after each step's gradients (one float) is passed over, and
+    every step ends at its gradients' all-reduce (counted from the loss, the next step's
+    gradients were too many and a correct p6 could not be timed)."""
+    workload = FakeWorkload(2, steps=4)
+    report = ddp_traffic(workload, contiguous(2), logged_loss=True)
+    ends = sized_step_ends(report, workload)
+    assert isinstance(ends, tuple) and all(abs(end - (0.1 * (step + 1) + 0.01)) < 1e-9 for step, end in enumerate(ends)) and len(ends) == 4, ends  # each at its gradients' all-reduce, none at a loss's
+    assert sized_step_ends(report, workload, 5) == "step 4: your ranks made no more all-reduces of the size of a step's gradients (4 of 5 steps found)"
 
 
 def test_a_relu_input_rounding_puts_on_the_other_side_of_its_kink_is_taken_either_way() -> None:

@@ -403,17 +403,38 @@ def sized_step_ends(report: TrafficReport, workload: Workload, steps: int | None
 
 def _sized_steps(reds: list[Reduction], target: int, index: int, ends: list[float], steps: int) -> tuple[float, ...] | str:
     """`ends` and the ends of the next steps up to `steps`, each the next all-reduces from
-    `index` on that reduce `target` values together (step_ends)."""
+    `index` on that reduce `target` values together (step_ends, `_next_step`)."""
     while len(ends) < steps:
-        total = 0
-        while index < len(reds) and total < target:
-            if total + reds[index].numel <= target:
-                total += reds[index].numel
-            index += 1
-        if total < target:
+        found = _next_step(reds, target, index)
+        if found is None:
             return f"step {len(ends)}: your ranks made no more all-reduces of the size of a step's gradients ({len(ends)} of {steps} steps found)"
+        index = found
         ends.append(reds[index - 1].at)
     return tuple(ends)
+
+
+BETWEEN_STEPS = 16  # all-reduces that may come before a step's first (a loss reduced for the log, a metric): `_next_step`
+
+
+def _next_step(reds: list[Reduction], target: int, index: int) -> int | None:
+    """Where the next step's all-reduces end (the index after its last): the earliest end of
+    the all-reduces that reduce `target` values together, counted from `index` or from one of
+    the BETWEEN_STEPS after it, passing over those that would reduce more. Counted only from
+    `index`, a loss all-reduced for the log after each step's gradients was counted in, and
+    the next step's gradients, then too many, passed over (a correct p6 that logs its mean
+    loss could not be timed); None where no start reaches `target`."""
+    best = None
+    for start in range(index, min(index + BETWEEN_STEPS + 1, len(reds))):
+        if best is not None and start >= best:
+            break
+        total, at = 0, start
+        while at < len(reds) and total < target and (best is None or at < best):
+            if total + reds[at].numel <= target:
+                total += reds[at].numel
+            at += 1
+        if total == target:
+            best = at
+    return best
 
 
 def whole_syncs(report: TrafficReport, numel: int) -> int:
