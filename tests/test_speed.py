@@ -502,8 +502,8 @@ def test_the_reference_is_timed_with_the_ddp_options_the_traffic_confirms(carrie
     """find_unused_parameters and small buckets cost time in every DDP: the reference's timed
     launches take them on too (the submission's own launches are left as they are), where the
     traffic of a checked run shows them (an all-reduce of the map of used parameters in every
-    step; more than one bucket); options that only save time are not (static_graph with
-    no_sync trips an assert of torch's reducer); a claim the traffic does not show is not."""
+    step); options that only save time are not (static_graph with no_sync trips an assert of
+    torch's reducer); a find_unused_parameters the traffic does not show is not."""
     practical, submission, solutions = carried_practical
     chosen = DdpOptions(find_unused_parameters=True, bucket_cap_mb=1.0)
     seen = replace(chosen, static_graph=True, gradient_as_bucket_view=True)
@@ -513,14 +513,33 @@ def test_the_reference_is_timed_with_the_ddp_options_the_traffic_confirms(carrie
     assert [(job.name, job.ddp_options) for job in runner.jobs] == [("ws2", None), *((name + repeat, chosen if "@reference" in name else None) for repeat in ("", "+long#2") for name in ("timed@reference", "timed"))]
     efficiency = next(c for c in report.checks if c.id == "efficiency")
     assert efficiency.status is Status.PASSED and efficiency.summary.endswith("built with your DDP options (find_unused_parameters=True, bucket_cap_mb=1)"), efficiency.summary
-    claimed_only = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else seen))
+    claimed_only = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else replace(seen, bucket_cap_mb=None)))
     report = grade(practical, submission, claimed_only, GradeOptions(solutions=solutions, seed=5))
     assert all(job.ddp_options is None for job in claimed_only.jobs)
     assert "DDP options" not in next(c for c in report.checks if c.id == "efficiency").summary
     faster_when_timed = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else seen, **(shown if job.name == "ws2" or "@reference" in job.name else {})))
     report = grade(practical, submission, faster_when_timed, GradeOptions(solutions=solutions, seed=5))
     efficiency = next(c for c in report.checks if c.id == "efficiency")
-    assert efficiency.status is Status.FAILED and "your timed launch built its DDP with DDP's defaults, your checked runs with find_unused_parameters=True, bucket_cap_mb=1" in efficiency.summary
+    assert efficiency.status is Status.FAILED and "your timed launch built its DDP with bucket_cap_mb=1, your checked runs with find_unused_parameters=True, bucket_cap_mb=1" in efficiency.summary
+
+
+def test_a_bucket_cap_is_taken_on_as_claimed_and_judged_by_the_all_reduces_the_timed_launches_made(carried_practical) -> None:
+    """The checked runs' small model fits one bucket whatever the cap, so their traffic cannot
+    show a bucket_cap_mb: the reference's launches take the claimed cap on. A p10 variant with
+    bucket_cap_mb=1 could not be timed while the cap had to show in the checked runs (its
+    timed launches showed two buckets a step, its checked runs one). A cap claimed and not
+    used (the reference's launches then make more all-reduces than the submission's) fails."""
+    practical, submission, solutions = carried_practical
+    small_buckets = DdpOptions(bucket_cap_mb=1.0)
+    honest = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else small_buckets, buckets=2 if "timed" in job.name else 1))
+    report = grade(practical, submission, honest, GradeOptions(solutions=solutions, seed=5))
+    assert [job.ddp_options for job in honest.jobs if "@reference" in job.name] == [small_buckets, small_buckets]
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.PASSED and efficiency.summary.endswith("built with your DDP options (bucket_cap_mb=1)"), efficiency.summary
+    forged = FakeRunner(lambda job: carried(job, None if "@reference" in job.name else small_buckets, buckets=2 if "@reference" in job.name and job.ddp_options else 1))
+    report = grade(practical, submission, forged, GradeOptions(solutions=solutions, seed=5))
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.FAILED and "your records say your DDP was built with bucket_cap_mb=1, but your ranks made 1 all-reduces of floating-point values a step, the reference's launches built so 2" in efficiency.summary, efficiency.summary
 
 
 def test_a_carried_launch_is_timed_by_the_hubs_clock_and_only_when_it_does_the_work() -> None:

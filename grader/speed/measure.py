@@ -55,6 +55,7 @@ from grader.probe.messages import DdpOptions
 from grader.practicals.reference import DataParallelReference
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
+from grader.traffic.report import reductions
 from grader.traffic.training import TrainingSeen, sized_step_ends, step_ends
 
 
@@ -73,24 +74,26 @@ def carried_problem(run: JobResult) -> str | None:
     return f"the grader's hub could not time it: {run.step_ends or 'its traffic was not read'}"
 
 
-def confirmed_options(run: JobResult, seen: TrainingSeen | str | None) -> DdpOptions:
-    """The costly DDP options rank 0's records say its DDP took, as far as the traffic shows
-    them: find_unused_parameters all-reduces a map of the parameters used, in whole numbers,
-    every step; a bucket_cap_mb below the model's size makes more than one bucket per step."""
+def confirmed_options(run: JobResult) -> DdpOptions:
+    """The costly DDP options rank 0's records say its DDP took: find_unused_parameters as far
+    as the traffic shows it (an all-reduce of the map of the parameters used, in whole numbers,
+    every step); bucket_cap_mb as claimed. How many buckets a cap makes depends on the model:
+    the checked runs' small model fits one bucket whatever the cap, so a cap is taken on as
+    claimed and judged by its effect on the timed launches (`unpaid_buckets`)."""
     claimed = next((event for event in run.ranks[0].of_kind(DdpArgs)), None) if run.ranks else None
     if claimed is None or not isinstance(run.traffic, TrafficReport):
         return DdpOptions()
     used_map = any(c.kind == "all_reduce" and not c.error and c.members and all(m.dtype.startswith("int") for m in c.members[0].inputs) for c in run.traffic.carried)
-    buckets = isinstance(seen, TrainingSeen) and any(len(step.final) > 1 for step in seen.steps)
-    return DdpOptions(find_unused_parameters=claimed.find_unused_parameters and used_map, bucket_cap_mb=claimed.bucket_cap_mb if buckets else None)
+    return DdpOptions(find_unused_parameters=claimed.find_unused_parameters and used_map, bucket_cap_mb=claimed.bucket_cap_mb)
 
 
 def adopted_options(results: Iterable[JobResult], references: Mapping[str, Any]) -> DdpOptions | None:
     """The submission's costly DDP options (DdpOptions.costly_part) as the first checked run
     whose traffic shows its training confirms them (`confirmed_options`); None: DDP's defaults,
     or no run shows them. The reference's timed launches build their DDP with them, so that an
-    option DDP offers is not the student's slowness; a claim in the records that the traffic
-    does not show is not taken on. A run whose reference is no data-parallel training (p7's
+    option DDP offers is not the student's slowness; a find_unused_parameters the traffic does
+    not show is not taken on, a bucket_cap_mb the submission's timed launches do not pay for
+    fails them (`unpaid_buckets`). A run whose reference is no data-parallel training (p7's
     pipeline) has no DDP options to show."""
     for run in results:
         reference = references.get(run.spec.name)
@@ -98,9 +101,41 @@ def adopted_options(results: Iterable[JobResult], references: Mapping[str, Any])
             continue
         seen = reference.seen(run, lambda run=run, reference=reference: claims_of(run, reference.workload))
         if isinstance(seen, TrainingSeen) and seen.steps and not seen.problem:
-            options = confirmed_options(run, seen)
+            options = confirmed_options(run)
             return None if options == DdpOptions() else options
     return None
+
+
+def reductions_per_step(launches: Sequence[JobResult]) -> float | None:
+    """How many all-reduces of floating-point values a step adds in `launches` (one side of a
+    timed run): the difference between its launches of two step counts (the fewest each count
+    made) over the steps between them, so that the first steps cancel (DDP with static_graph
+    reduces every gradient at once in its first two steps, then bucket by bucket); None
+    without launches of two counts."""
+    made: dict[int, int] = {}
+    for launch in launches:
+        if isinstance(launch.traffic, TrafficReport) and launch.spec.clock_steps:
+            count = len(reductions(launch.traffic))
+            made[launch.spec.clock_steps] = min(count, made.get(launch.spec.clock_steps, count))
+    if len(made) < 2:
+        return None
+    short, long = min(made), max(made)
+    return (made[long] - made[short]) / (long - short)
+
+
+def unpaid_buckets(own: tuple[JobResult, ...], references: Sequence[JobResult], adopted: DdpOptions | None) -> tuple[JobResult, ...]:
+    """The submission's launches of a timed run, or why they cannot be timed: the reference's
+    launches, built with the bucket_cap_mb the submission's records claim (`adopted`), made
+    more all-reduces a step than they did (`reductions_per_step`). A cap claimed and not used
+    would have the reference pay for buckets the submission never made; a loss all-reduced
+    for the log makes more, not fewer."""
+    if adopted is None or adopted.bucket_cap_mb is None:
+        return own
+    mine, theirs = reductions_per_step([launch for launch in own if isinstance(launch.step_ends, tuple)]), reductions_per_step(references)
+    if mine is None or theirs is None or mine >= theirs:
+        return own
+    why = f"your records say your DDP was built with bucket_cap_mb={adopted.bucket_cap_mb:g}, but your ranks made {mine:g} all-reduces of floating-point values a step, the reference's launches built so {theirs:g}: the reference cannot be timed with options your launches did not use"
+    return tuple(replace(launch, step_ends=why) if isinstance(launch.step_ends, tuple) else launch for launch in own)
 
 
 def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None = None) -> JobResult:
@@ -126,7 +161,7 @@ def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None =
     if seen.problem:
         return replace(launch, step_ends=f"what your ranks' all-reduces carried in this launch is not the grader's own training on its inputs: {seen.problem}")
     if launch.spec.ddp_options is None:  # the submission's launch (the reference's take `adopted` on)
-        used = confirmed_options(launch, seen)
+        used = confirmed_options(launch)
         if used != (adopted or DdpOptions()):
             shown = [options.describe() or "DDP's defaults" for options in (used, adopted or DdpOptions())]
             return replace(launch, step_ends=f"your timed launch built its DDP with {shown[0]}, your checked runs with {shown[1]}: the reference is timed with the options of your checked runs")

@@ -27,7 +27,7 @@ from grader.grade.plan import carried, merged_args, runs_of
 from grader.probe.messages import DdpOptions
 from grader.run.job import JobResult
 from grader.spec import Assignment, CheckSpec, RunDef
-from grader.speed.measure import TimedRuns, carried_work
+from grader.speed.measure import TimedRuns, carried_work, unpaid_buckets
 
 Launch = Callable[[RunDef, str, int, "int | None"], JobResult]  # (run, "own" or "reference", repeat, steps asked or None) -> the launch, made or skipped
 
@@ -173,8 +173,9 @@ class HubTiming:
         reference = self.references.get(name) if any(run.name == name for run in self.runs) else None
         if reference is None:
             return timed
-        own = tuple(self._timed(launch, reference, timed.adopted_options) for launch in timed.own)
-        return TimedRuns(own, tuple(self._timed(launch, reference, None) for launch in timed.reference))
+        references = tuple(self._timed(launch, reference, None) for launch in timed.reference)
+        own = unpaid_buckets(tuple(self._timed(launch, reference, timed.adopted_options) for launch in timed.own), references, timed.adopted_options)
+        return TimedRuns(own, references)
 
     def _timed(self, launch: JobResult, reference: Any, adopted: DdpOptions | None) -> JobResult:
         key = (id(launch), adopted)

@@ -67,7 +67,8 @@ def efficiency(ctx: CheckContext) -> Verdict:
     the median of that step over your launches, averaged over the steps (every step counts:
     work added to one step in five costs what it costs; a step that another process slowed
     in one launch does not count). The reference's DDP takes your DDP options (as the traffic
-    confirms them): a choice DDP offers costs you nothing here."""
+    shows them; grader/speed/measure.py adopted_options): a choice DDP offers costs you
+    nothing here."""
     limit = float(ctx.options["max_ratio"])
     lines, data, passed = [], {}, True
     for run in ctx.runs:
