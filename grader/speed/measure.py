@@ -45,6 +45,7 @@
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -228,6 +229,17 @@ class Measurement:
         return bool(self.medians_s) and self.problem is None
 
     @property
+    def unsettled(self) -> bool:
+        """Whether load may have decided what a step of the side costs: its launches' median
+        steps are more than COUNT_SPREAD apart (a step costs what it costs whatever the count:
+        load slowed some), and the launches of some step count (of the side, where they asked
+        for none) are too few, under SETTLED_LAUNCHES, for their median to set a slow one aside."""
+        if len(self.medians_s) < 2 or max(self.medians_s) <= COUNT_SPREAD * min(self.medians_s):
+            return False
+        counted = len(self.launch_asked) == len(self.medians_s) and None not in self.launch_asked
+        return min(Counter(self.launch_asked).values()) < SETTLED_LAUNCHES if counted else len(self.medians_s) < SETTLED_LAUNCHES
+
+    @property
     def best_s(self) -> float:
         return min(self.medians_s)
 
@@ -346,6 +358,9 @@ class TimedRuns:
 
 
 COUNT_SPREAD = 1.25  # launches of two step counts whose ratios to the reference's are more than this many times apart are judged by the dearer (`cost_ratio`); a burst of load that moves one count alone makes a failing verdict wait for more rounds, each count's launches then more than one
+
+
+SETTLED_LAUNCHES = 3  # launches whose median sets one slowed by load aside (`Measurement.unsettled`)
 
 
 def _step_cost(launches: Sequence[Sequence[float]]) -> float:
