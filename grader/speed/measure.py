@@ -56,7 +56,7 @@ from grader.probe.messages import DdpOptions
 from grader.practicals.reference import DataParallelReference
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
-from grader.traffic.report import reductions
+from grader.traffic.report import is_reduction
 from grader.traffic.training import TrainingSeen, sized_step_ends, step_ends
 
 
@@ -116,7 +116,7 @@ def reductions_per_step(launches: Sequence[JobResult]) -> float | None:
     made: dict[int, int] = {}
     for launch in launches:
         if isinstance(launch.traffic, TrafficReport) and launch.spec.clock_steps:
-            count = len(reductions(launch.traffic))
+            count = sum(1 for carried in launch.traffic.carried if is_reduction(carried))  # counted, not decoded: asked again after every extra round
             made[launch.spec.clock_steps] = min(count, made.get(launch.spec.clock_steps, count))
     if len(made) < 2:
         return None

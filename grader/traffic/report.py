@@ -84,12 +84,17 @@ def _floating(carried: Carried) -> bool:
     return bool(carried.members) and all(meta.dtype in ROUNDOFF for p in carried.members for meta in p.inputs)
 
 
+def is_reduction(carried: Carried) -> bool:
+    """Whether `carried` is a completed all-reduce of floating-point tensors by SUM or AVG."""
+    return carried.kind == "all_reduce" and not carried.error and carried.reduce in SUMMING and _floating(carried)
+
+
 def reductions(report: TrafficReport) -> list[Reduction]:
-    """Every completed all-reduce of floating-point tensors by SUM or AVG, in the order the hub
-    delivered them."""
+    """Every completed all-reduce of floating-point tensors by SUM or AVG (`is_reduction`), in
+    the order the hub delivered them."""
     found = []
     for position, carried in enumerate(report.carried):
-        if carried.kind != "all_reduce" or carried.error or carried.reduce not in SUMMING or not _floating(carried):
+        if not is_reduction(carried):
             continue
         kept = all(part.data for part in carried.members)
         sent = {part.rank: _flat(carried, i) for i, part in enumerate(carried.members)} if kept else {}
