@@ -199,6 +199,7 @@ class Measurement:
     pair_steps: tuple[int, int] | None = None  # timed by the grader's clock: the step counts of each pair's launches
     recorded_s: float | None = None  # by the grader's clock: the median step the submission's own records claim
     outside_s: float | None = None  # by the grader's clock: the least time a launch spent outside its steps (start-up, end), over the pairs
+    outsides_s: tuple[float, ...] = ()  # by the grader's clock: that time, pair by pair
     charged_s: float = 0.0  # of that, beyond the reference's, spread over the long launch's steps (`charged`)
     launch_steps_s: tuple[tuple[float, ...], ...] = ()  # per launch that could be timed (by the hub's or the recorder's clock), its timed steps in order
     launch_asked: tuple[int | None, ...] = ()  # per launch of launch_steps_s: the steps it was asked for (None: the run's own)
@@ -231,10 +232,10 @@ class Measurement:
     @property
     def unsettled(self) -> bool:
         """Whether load may have decided what a step of the side costs: its launches' median
-        steps are more than COUNT_SPREAD apart (a step costs what it costs whatever the count:
+        steps are more than LOAD_SPREAD apart (a step costs what it costs whatever the count:
         load slowed some), and the launches of some step count (of the side, where they asked
         for none) are too few, under SETTLED_LAUNCHES, for their median to set a slow one aside."""
-        if len(self.medians_s) < 2 or max(self.medians_s) <= COUNT_SPREAD * min(self.medians_s):
+        if len(self.medians_s) < 2 or max(self.medians_s) <= LOAD_SPREAD * min(self.medians_s):
             return False
         counted = len(self.launch_asked) == len(self.medians_s) and None not in self.launch_asked
         return min(Counter(self.launch_asked).values()) < SETTLED_LAUNCHES if counted else len(self.medians_s) < SETTLED_LAUNCHES
@@ -360,6 +361,7 @@ class TimedRuns:
 COUNT_SPREAD = 1.25  # launches of two step counts whose ratios to the reference's are more than this many times apart are judged by the dearer (`cost_ratio`); a burst of load that moves one count alone makes a failing verdict wait for more rounds, each count's launches then more than one
 
 
+LOAD_SPREAD = 1.5  # launch medians of one side more than this many times apart were slowed by load (`Measurement.unsettled`); measured on p10's reference solution graded 6 times on this 2-core machine, quiet: up to 1.29x over a side's first 3 launches; a burst in CI: 2.26x (52 ms against 23 ms)
 SETTLED_LAUNCHES = 3  # launches whose median sets one slowed by load aside (`Measurement.unsettled`)
 
 
@@ -421,15 +423,18 @@ def _clocked(launches: Sequence[JobResult], warmup: int) -> Measurement:
             f"(the median of {len(spans)} pair{'s' if len(spans) != 1 else ''} of launches): too little to time steps by (at least {MIN_SPAN_S:g} s); "
             "the script took fewer steps than asked, or the spec asks for too few on this machine"
         )
-    return Measurement(tuple(per_step), len(launches), problem, tuple(per_step), steps, statistics.median(recorded) if recorded else None, round(min(outside), 4) if outside else None)
+    return Measurement(tuple(per_step), len(launches), problem, tuple(per_step), steps, statistics.median(recorded) if recorded else None, round(min(outside), 4) if outside else None, tuple(outside))
 
 
 def charged(own: Measurement, reference: Measurement) -> Measurement:
     """`own` with what its steps cost that the steps alone do not show, beyond the reference's.
 
     By the grader's clock (pairs of launches): the time its launches spend outside their steps
-    beyond the reference's (the least over each side's pairs), spread over the steps of its
-    long launch. The difference of two launches cannot tell a script that is slow in every
+    (the least over its pairs) beyond the reference's (the median over its pairs), spread over
+    the steps of its long launch. Not the reference's least: load that slows a long launch
+    makes its steps look dearer and its time outside them cheaper, below zero even, and the
+    least over all rounds kept one such pair for good (one disturbed reference launch failed a
+    correct script at 1.5x, however many rounds followed). The difference of two launches cannot tell a script that is slow in every
     step and sleeps longer the fewer steps it is asked for (padding its short launch) from one
     with fast steps and a long start-up; what it spends in all, it cannot hide: charged to its
     steps, the padding costs them at least what it hid.
@@ -449,8 +454,9 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
 
     A start-up as long as the reference's costs nothing."""
     per_step, extra = 0.0, 0.0
-    if own.outside_s is not None and reference.outside_s is not None and own.pair_steps is not None and own.outside_s > reference.outside_s:
-        extra = own.outside_s - reference.outside_s
+    reference_outside_s = statistics.median(reference.outsides_s) if reference.outsides_s else None
+    if own.outside_s is not None and reference_outside_s is not None and own.pair_steps is not None and own.outside_s > reference_outside_s:
+        extra = own.outside_s - reference_outside_s
         per_step = extra / own.pair_steps[1]
     slope = own.lead_slope_s()
     lead = 0.0

@@ -96,7 +96,7 @@ DOUBT_MARGIN = 0.1  # a ratio less than this below max_ratio is in doubt too: wo
 
 def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any]) -> bool:
     """Whether `efficiency` would fail on these launches, or pass them by less than
-    DOUBT_MARGIN, or pass them on launches of one side that disagree widely
+    DOUBT_MARGIN, or pass them on launches of one side that load visibly disturbed
     (`Measurement.unsettled`), though both sides were timed: more launches of both may still
     pass it, or fail it (a crash or an untimed side is not a matter of doubt). Each round adds
     a launch of every step count to each side, and the least time before the first timed step,
