@@ -467,6 +467,7 @@ def test_a_verdict_just_under_the_limit_waits_for_more_rounds_and_one_well_under
         efficiency = next(c for c in report.checks if c.id == "efficiency")
         assert efficiency.status is Status.PASSED and f"{shown} the reference's step time" in efficiency.summary and f"{rounds} pairs of launches" in efficiency.summary
 
+
 @pytest.mark.parametrize("disturbed", [("timed@reference", "timed@reference+long"), ("timed@reference+long",)], ids=["round", "long-launch"])
 def test_a_pass_on_launches_that_load_disturbed_waits_for_more_rounds(timed_practical, disturbed) -> None:
     """The reference's launches of the first round ran at half their pace (a burst of load):
@@ -474,8 +475,8 @@ def test_a_pass_on_launches_that_load_disturbed_waits_for_more_rounds(timed_prac
     of one side that far apart, too few for their median to set the slow one aside, are a
     matter of doubt: a third round, and the verdict rests on the median of 3 pairs, 1.00×.
     Where the burst slowed the long launch alone, the reference's first pair says 25 ms a step
-    and -0.2 s outside its steps: the submission's second outside its steps is charged beyond
-    the reference's median over its pairs, not beyond that pair's."""
+    and -0.2 s outside its steps: the submission's 1 s outside its steps is charged beyond the
+    reference's median over its pairs, not beyond that pair's."""
     practical, submission, solutions = timed_practical
     runner = FakeRunner(lambda job: answer(job, 0.02 if job.name in disturbed else 0.01))
     report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))

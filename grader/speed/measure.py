@@ -198,8 +198,7 @@ class Measurement:
     steps_s: tuple[float, ...] = ()  # every timed step of those launches, in order
     pair_steps: tuple[int, int] | None = None  # timed by the grader's clock: the step counts of each pair's launches
     recorded_s: float | None = None  # by the grader's clock: the median step the submission's own records claim
-    outside_s: float | None = None  # by the grader's clock: the least time a launch spent outside its steps (start-up, end), over the pairs
-    outsides_s: tuple[float, ...] = ()  # by the grader's clock: that time, pair by pair
+    outsides_s: tuple[float, ...] = ()  # by the grader's clock, pair by pair: the time its short launch spent outside its steps (start-up, end)
     charged_s: float = 0.0  # of that, beyond the reference's, spread over the long launch's steps (`charged`)
     launch_steps_s: tuple[tuple[float, ...], ...] = ()  # per launch that could be timed (by the hub's or the recorder's clock), its timed steps in order
     launch_asked: tuple[int | None, ...] = ()  # per launch of launch_steps_s: the steps it was asked for (None: the run's own)
@@ -228,6 +227,11 @@ class Measurement:
     @property
     def timed(self) -> bool:
         return bool(self.medians_s) and self.problem is None
+
+    @property
+    def outside_s(self) -> float | None:
+        """By the grader's clock: the least time a launch spent outside its steps, over the pairs."""
+        return round(min(self.outsides_s), 4) if self.outsides_s else None
 
     @property
     def unsettled(self) -> bool:
@@ -423,7 +427,7 @@ def _clocked(launches: Sequence[JobResult], warmup: int) -> Measurement:
             f"(the median of {len(spans)} pair{'s' if len(spans) != 1 else ''} of launches): too little to time steps by (at least {MIN_SPAN_S:g} s); "
             "the script took fewer steps than asked, or the spec asks for too few on this machine"
         )
-    return Measurement(tuple(per_step), len(launches), problem, tuple(per_step), steps, statistics.median(recorded) if recorded else None, round(min(outside), 4) if outside else None, tuple(outside))
+    return Measurement(tuple(per_step), len(launches), problem, tuple(per_step), steps, statistics.median(recorded) if recorded else None, tuple(outside))
 
 
 def charged(own: Measurement, reference: Measurement) -> Measurement:
@@ -434,8 +438,8 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
     the steps of its long launch. Not the reference's least: load that slows a long launch
     makes its steps look dearer and its time outside them cheaper, below zero even, and the
     least over all rounds kept one such pair for good (one disturbed reference launch failed a
-    correct script at 1.5x, however many rounds followed). The difference of two launches cannot tell a script that is slow in every
-    step and sleeps longer the fewer steps it is asked for (padding its short launch) from one
+    correct script at 1.5x, however many rounds followed). The difference of two launches
+    cannot tell a script that is slow in every step and sleeps longer the fewer steps it is asked for (padding its short launch) from one
     with fast steps and a long start-up; what it spends in all, it cannot hide: charged to its
     steps, the padding costs them at least what it hid.
 
