@@ -264,3 +264,32 @@ def test_a_script_that_moves_master_port_waits_as_under_torchrun_and_is_told_why
     assert result.timed_out
     text = failures.explain(result)
     assert "rank 0 waits at main.py:4 in <module>: dist.init_process_group(\"gloo\")" in text and failures.RENDEZVOUS_HINT in text, text
+
+
+SPIN = """
+import os, time
+def spin(seconds):
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        pass
+"""
+
+
+def test_the_kernel_tells_a_launchs_own_cpu_time_from_other_load(runner: LocalRunner, tmp_path: Path) -> None:
+    """What other load took during a launch is read from the kernel: a rank that spins is its
+    own work, however it hides it (a detached grandchild spins while the rank sleeps), and a
+    busy process beside the grading is other load, which disturbs the launch."""
+    import subprocess
+    import sys
+
+    own = runner.run(script_job(tmp_path, "spins", SPIN + "spin(0.6)\n"))
+    hidden = runner.run(script_job(tmp_path, "hides", SPIN + "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        spin(0.6)\n    os._exit(0)\ntime.sleep(0.8)\n"))
+    for result in (own, hidden):
+        assert result.load is not None and result.load.job_cpu_s >= 0.5 and not result.load.disturbed, result.load
+    beside = subprocess.Popen([sys.executable, "-c", SPIN + "spin(5)\n"])
+    try:
+        loaded = runner.run(script_job(tmp_path, "beside", SPIN + "spin(0.6)\n"))
+    finally:
+        beside.kill()
+        beside.wait()
+    assert loaded.load is not None and loaded.load.disturbed and loaded.load.others_share > 0.3 and loaded.load.job_cpu_s >= 0.5, loaded.load

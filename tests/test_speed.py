@@ -24,6 +24,7 @@ from grader.results.model import Status
 from grader.results.render import overview_text
 from grader.run.fake import FakeRunner
 from grader.run.job import JobResult, JobSpec, Layout, RankResult
+from grader.run.load import LaunchLoad
 from grader.run.telemetry import FakeGpus, Sampler, describe, open_nvml, summarise
 from grader.spec import RunDef, load_assignment
 from observations import FakeWorkload, contiguous, crashed, ddp_run, ddp_traffic, record_of, set_events
@@ -483,6 +484,51 @@ def test_a_pass_on_launches_that_load_disturbed_waits_for_more_rounds(timed_prac
     assert len(runner.jobs) == 1 + 3 * 4, [job.name for job in runner.jobs]
     efficiency = next(c for c in report.checks if c.id == "efficiency")
     assert efficiency.status is Status.PASSED and "1.00× the reference's step time" in efficiency.summary and "3 pairs of launches" in efficiency.summary, efficiency.summary
+
+
+def busy(result: JobResult, share: float) -> JobResult:
+    """`result` as a launch during which other processes took `share` of the machine's CPU time
+    (what the kernel would have counted: grader/run/load.py)."""
+    return replace(result, load=LaunchLoad(wall_s=1.0, cpus=2, job_cpu_s=1.5, others_cpu_s=2 * share, waited_s=0.6, ran_s=1.4))
+
+
+def round_of(job: JobSpec) -> int:
+    return int(job.name.partition("#")[2] or 1)
+
+
+def test_a_slower_step_read_on_launches_other_load_disturbed_is_deferred_not_failed(timed_practical) -> None:
+    """Other processes took 40 % of the machine in every round, and the submission's steps read
+    1.5× the reference's: the spec's 2 rounds and 2 more, none quiet, and the verdict is
+    deferred with the evidence; the same launches on a quiet machine fail it."""
+    practical, submission, solutions = timed_practical
+    for share, status in ((0.4, Status.DEFERRED), (0.0, Status.FAILED)):
+        runner = FakeRunner(lambda job, share=share: busy(answer(job, 0.01 if "@reference" in job.name or job.name == "ws2" else 0.015), share))
+        report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
+        assert len(runner.jobs) == 1 + 4 * 4
+        efficiency = next(c for c in report.checks if c.id == "efficiency")
+        assert efficiency.status is status, efficiency.summary
+    assert efficiency.summary.startswith("timed (1 node × 2 ranks): 1.50× the reference's step time, above the 1.2× allowed")
+    deferred = FakeRunner(lambda job: busy(answer(job, 0.01 if "@reference" in job.name or job.name == "ws2" else 0.015), 0.4))
+    efficiency = next(c for c in grade(practical, submission, deferred, GradeOptions(solutions=solutions, seed=5)).checks if c.id == "efficiency")
+    assert efficiency.status is Status.DEFERRED and efficiency.summary.endswith(
+        "timed: the machine was busy: in 4 of 4 rounds of launches other processes used more than 10% of the machine's CPU time (up to 40%, when the launch's "
+        "processes waited for a CPU 30% of the time they wanted one), and a slower step is failed only on at least 2 rounds that nothing else disturbed (0 in this grading); "
+        "on the disturbed launches your steps read 1.50× the reference's. A grading on a quiet machine (a regrade) decides it"
+    )
+
+
+def test_rounds_other_load_disturbed_are_set_aside_where_enough_quiet_ones_remain(timed_practical) -> None:
+    """A burst over the first 2 rounds slowed the submission's launches to 1.5× (5 % of the
+    machine taken by others is no disturbance): 2 more rounds, both quiet, and the verdict rests
+    on them alone: 1.00×."""
+    practical, submission, solutions = timed_practical
+    runner = FakeRunner(lambda job: busy(answer(job, 0.015 if "@reference" not in job.name and job.name != "ws2" and round_of(job) <= 2 else 0.01), 0.3 if round_of(job) <= 2 else 0.05))
+    report = grade(practical, submission, runner, GradeOptions(solutions=solutions, seed=5))
+    assert len(runner.jobs) == 1 + 4 * 4
+    efficiency = next(c for c in report.checks if c.id == "efficiency")
+    assert efficiency.status is Status.PASSED and "1.00× the reference's step time" in efficiency.summary and "2 pairs of launches" in efficiency.summary, efficiency.summary
+    assert efficiency.summary.endswith("; 2 of 4 rounds set aside, disturbed by other load")
+    assert report.checks[-1].data["speed"]["timed"]["load"]["disturbed_rounds"] == 2
 
 
 CARRIED = SPEC.replace("ranks_per_node: 2}", "ranks_per_node: 2, carried: true}").replace("ranks_per_node: 2, args: {steps: 80}}", "ranks_per_node: 2, carried: true, args: {steps: 8}}")

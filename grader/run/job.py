@@ -9,6 +9,7 @@ from typing import Mapping, Protocol
 from grader.probe.recorder.events import E, Event, Frame
 from grader.probe.messages import DdpOptions
 from grader.probe.transport.traffic import CarrierPlan, TrafficReport
+from grader.run.load import LaunchLoad
 from grader.run.records import ProcessRecord
 
 
@@ -115,6 +116,7 @@ class JobResult:
     notes: tuple[str, ...] = ()  # what the copy of the submission left out (hard links, FIFOs)
     traffic: TrafficReport | str | None = None  # what the hub carried, or why no report came (None: the job had no hub)
     step_ends: tuple[float, ...] | str | None = None  # a timed launch's steps by the hub's clock, or why it cannot be timed (grader/speed/measure.py carried_work)
+    load: LaunchLoad | None = None  # what the kernel counted of the machine's load while it ran (grader/run/load.py); None: not measured
     reference_s: float | None = None  # the reference solution's time for the same run here, where the run was stopped at a pace set from it (grader/grade/options.py pace_limit_s)
 
     @property

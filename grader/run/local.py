@@ -70,6 +70,7 @@ from grader.probe.zygote import children_of
 from grader.run import procs
 from grader.run.cgroups import Caps, Cgroups, JobGroup, Usage, open_cgroups
 from grader.run.job import JobResult, JobSpec, RankResult
+from grader.run.load import SAMPLE_S, LoadMeter
 from grader.run.records import read_records
 from grader.run.safeio import read_text_tail
 from grader.run.sandbox import IDENTITY, NO_ISOLATION, SCRATCH, UID_TIER, Limits, Sandbox, size_text
@@ -86,14 +87,13 @@ IPC_REMOVED = "ipcrm --all; mount -t mqueue none /mnt && find /mnt -mindepth 1 -
 DISK_FULL_BYTES = 1 << 20  # a grading folder with less free space than this after a job was filled by it
 
 
-IDLE_POLL_S = 0.5  # how often a running job's CPU time is read
 IDLE_TICKS = 2  # CPU time (clock ticks, 10 ms each) a job may use in its stall window and still count as idle: a hung job's threads waking up now and then
 REAL_GPU_STALL_FACTOR = 4  # ranks on a real GPU may wait for its kernels without using the CPU
 
 
 @dataclass
 class IdleWatch:
-    """Whether a job has stopped using the CPU: every IDLE_POLL_S, the CPU time of the launcher
+    """Whether a job has stopped using the CPU: every SAMPLE_S (grader/run/load.py), the CPU time of the launcher
     and every process below it (the kernel's count, `procs.tree_cpu_ticks`). A job whose
     processes all sleep for `window_s` (ranks waiting in a collective that never comes, a
     `time.sleep` or a read that never returns) is hung: the grader stops it then instead of at
@@ -473,6 +473,8 @@ class LocalRunner:
         sampler = Sampler(self.gpus) if self.gpus is not None else None
         if sampler is not None:
             sampler.start()
+        meter = LoadMeter(zygote.proc.pid)
+        meter.start()
         started = time.monotonic()
         deadline = started + job.timeout_s
         zygote.send(JobRequest(id=job.name, ranks=self._rank_configs(job, job_dir, token), hold=group is not None, carrier=job.carrier))
@@ -487,7 +489,8 @@ class LocalRunner:
         error = None
         watch = IdleWatch(zygote.proc.pid, self._stall_window(job))
         while True:
-            event = zygote.next_event(min(deadline, time.monotonic() + IDLE_POLL_S) if forked else deadline)
+            event = zygote.next_event(min(deadline, time.monotonic() + SAMPLE_S) if forked else deadline)
+            meter.sample()
             if event is None:
                 if not zygote.alive():
                     break
@@ -520,6 +523,7 @@ class LocalRunner:
                 refused = not forked
                 break
         wall = time.monotonic() - started
+        load = meter.stop()
         if timed_out:
             # the launcher reports pids as seen inside the sandbox's pid namespace
             host = procs.host_pids(zygote.proc.pid, {*pids.values(), leader})
@@ -561,6 +565,7 @@ class LocalRunner:
             caps_hit=caps,
             notes=notes,
             traffic=traffic,
+            load=load,
         )
 
     def _stall_window(self, job: JobSpec) -> float:

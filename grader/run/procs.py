@@ -83,10 +83,9 @@ def kill_group_quietly(pgid: int) -> None:
         pass
 
 
-def tree_cpu_ticks(ancestor: int) -> int:
-    """The CPU time, in clock ticks, that `ancestor` and every process below it have used
-    (user and system, their reaped children's included), read from /proc/<pid>/stat: the
-    kernel's count, which the processes cannot write."""
+def _stat_table() -> dict[int, tuple[int, int]]:
+    """pid -> (its parent's pid, its CPU ticks: user and system, its reaped children's included)
+    for every process in /proc but this one, from /proc/<pid>/stat."""
     table: dict[int, tuple[int, int]] = {}
     for pid in all_pids():
         try:
@@ -95,15 +94,48 @@ def tree_cpu_ticks(ancestor: int) -> int:
             table[pid] = int(fields[1]), sum(int(field) for field in fields[11:15])  # ppid; utime, stime, cutime, cstime
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-    total = 0
-    for pid, (parent, ticks) in table.items():
+    return table
+
+
+def _below(table: dict[int, tuple[int, int]], ancestor: int) -> list[int]:
+    """The pids of `table` that are `ancestor` or below it."""
+    found = []
+    for pid in table:
         step, seen = pid, 0
         while step > 1 and seen < 64:
             if step == ancestor:
-                total += ticks
+                found.append(pid)
                 break
             step, seen = table.get(step, (0, 0))[0], seen + 1
-    return total
+    return found
+
+
+def tree_cpu_ticks(ancestor: int) -> int:
+    """The CPU time, in clock ticks, that `ancestor` and every process below it have used
+    (user and system, their reaped children's included), read from /proc/<pid>/stat: the
+    kernel's count, which the processes cannot write."""
+    table = _stat_table()
+    return sum(table[pid][1] for pid in _below(table, ancestor))
+
+
+def tree_schedstats(ancestor: int) -> dict[int, tuple[int, int]]:
+    """Per task (thread) of `ancestor` and every process below it: nanoseconds on a CPU and
+    nanoseconds runnable but waiting for one, from /proc/<pid>/task/<tid>/schedstat (the
+    kernel's count)."""
+    found: dict[int, tuple[int, int]] = {}
+    for pid in _below(_stat_table(), ancestor):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
+                    ran, waited = handle.read().split()[:2]
+                found[int(tid)] = int(ran), int(waited)
+            except (OSError, ValueError):
+                continue
+    return found
 
 
 def _parent_and_nspids(pid: int) -> tuple[int, list[int]] | None:

@@ -56,6 +56,7 @@ from grader.probe.messages import DdpOptions
 from grader.practicals.reference import DataParallelReference
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
+from grader.run.load import DISTURBED_SHARE, LaunchLoad
 from grader.traffic.report import is_reduction
 from grader.traffic.training import TrainingSeen, sized_step_ends, step_ends
 
@@ -360,6 +361,59 @@ class TimedRuns:
         """The submission's DDP options the reference's launches took on (None: they built
         DDP as the reference solution does)."""
         return next((launch.spec.ddp_options for launch in self.reference if launch.spec.ddp_options is not None), None)
+
+
+QUIET_ROUNDS = 2  # rounds of launches no other load disturbed that a speed verdict may rest on alone (`judged_rounds`)
+
+
+def _round_size(launches: Sequence[JobResult]) -> int:
+    """Launches a side makes in one round: a pair where the grader's clock times them, else one
+    (grader/speed/schedule.py round_order)."""
+    return 2 if launches and launches[0].spec.carrier is None and launches[0].spec.clock_steps is not None else 1
+
+
+def _disturbed(launch: JobResult) -> bool:
+    return launch.load is not None and launch.load.disturbed
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """How other load touched a timed run's rounds of launches (grader/run/load.py)."""
+
+    rounds: int  # rounds of launches made
+    disturbed: int  # of those, rounds with a launch (of either side) that other load disturbed
+    worst: LaunchLoad | None = None  # the launch that other load disturbed most
+
+    @property
+    def quiet(self) -> int:
+        return self.rounds - self.disturbed
+
+    def describe(self) -> str:
+        """'in 4 of 6 rounds of launches other processes used more than 10 % of the machine's CPU time (up to 43 %, when the launch's processes waited for a CPU 56 % of the time they wanted one)'."""
+        worst = f" (up to {self.worst.others_share:.0%}, when the launch's processes waited for a CPU {self.worst.wait_share:.0%} of the time they wanted one)" if self.worst else ""
+        return f"in {self.disturbed} of {self.rounds} rounds of launches other processes used more than {DISTURBED_SHARE:.0%} of the machine's CPU time{worst}"
+
+    def as_data(self) -> dict:
+        return {"rounds": self.rounds, "disturbed_rounds": self.disturbed, "bound_share": DISTURBED_SHARE, **({"worst": self.worst.as_data()} if self.worst else {})}
+
+
+def judged_rounds(timed: TimedRuns) -> tuple[TimedRuns, Disturbance]:
+    """The launches a speed verdict rests on, and how other load touched the rounds: where a
+    launch of a round (the submission's or the reference's, made one after the other) was
+    disturbed (`LaunchLoad.disturbed`) and at least QUIET_ROUNDS rounds were not, the quiet
+    rounds alone; else every round (a verdict on disturbed rounds never fails: `efficiency`
+    defers it). Rounds are read by position: the k-th round's launches are the k-th of each
+    side (grader/speed/schedule.py run_timed)."""
+    own_size, reference_size = _round_size(timed.own), _round_size(timed.reference)
+    rounds = max(-(-len(timed.own) // own_size), -(-len(timed.reference) // reference_size) if timed.reference else 0)
+    launches = [(timed.own[k * own_size : (k + 1) * own_size], timed.reference[k * reference_size : (k + 1) * reference_size]) for k in range(rounds)]
+    quiet = [not any(_disturbed(launch) for launch in (*own, *reference)) for own, reference in launches]
+    loads = [launch.load for launch in (*timed.own, *timed.reference) if launch.load is not None and launch.load.disturbed]
+    disturbance = Disturbance(rounds, quiet.count(False), max(loads, key=lambda load: load.others_share, default=None))
+    if not disturbance.disturbed or disturbance.quiet < QUIET_ROUNDS:
+        return timed, disturbance
+    kept = [pair for pair, calm in zip(launches, quiet) if calm]
+    return TimedRuns(tuple(launch for own, _ in kept for launch in own), tuple(launch for _, reference in kept for launch in reference)), disturbance
 
 
 COUNT_SPREAD = 1.25  # launches of two step counts whose ratios to the reference's are more than this many times apart are judged by the dearer (`cost_ratio`); a burst of load that moves one count alone makes a failing verdict wait for more rounds, each count's launches then more than one

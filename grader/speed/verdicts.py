@@ -19,7 +19,10 @@ A submission that would fail `efficiency` after the spec's k rounds of launches,
 by less than DOUBT_MARGIN, or pass it on launches that load visibly disturbed, gets up to k
 more rounds before the verdict (grader/speed/schedule.py): failing takes twice the evidence,
 while a slow submission stays slow in every round, and a verdict near the limit, or on
-disturbed launches, rests on more of them. A side that could not be timed fails the
+disturbed launches, rests on more of them. Rounds in which the kernel saw other load take
+more than a tenth of the machine (grader/run/load.py) are set aside where 2 quiet rounds
+remain; where fewer remain, a verdict that would fail is deferred with the evidence, never
+failed (`judged_rounds`, `busy_machine`). A side that could not be timed fails the
 check when it is the submission's own launches (a crash is not a fast run), and defers it
 when it is the reference's (not the student's doing).
 """
@@ -29,19 +32,30 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
-from grader.speed.measure import Measurement, TimedRuns, charged, cost_ratio, describe_counts, measure
+from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, charged, cost_ratio, describe_counts, judged_rounds, measure
 
 NOT_TIMED = "this grading did not time it (speed is measured by the autograder, from the spec's runs)"
 
 
-def _sides(ctx: CheckContext, name: str) -> tuple[Measurement, Measurement] | None:
-    """The submission's side and the reference's of a timed run; by the grader's clock, the
-    submission's charged with its time outside its steps beyond the reference's (`charged`)."""
+def _sides(ctx: CheckContext, name: str) -> tuple[Measurement, Measurement, Disturbance] | None:
+    """The submission's side and the reference's of a timed run, over the rounds a verdict
+    rests on (`judged_rounds`: the quiet ones, where other load disturbed some); by the
+    grader's clock, the submission's charged with its time outside its steps beyond the
+    reference's (`charged`); and how other load touched the rounds."""
     timed: TimedRuns | None = ctx.timings.get(name)
     if timed is None:
         return None
-    own, reference = measure(timed.own, ctx.warmup_steps), measure(timed.reference, ctx.warmup_steps)
-    return charged(own, reference), reference
+    judged, disturbance = judged_rounds(timed)
+    own, reference = measure(judged.own, ctx.warmup_steps), measure(judged.reference, ctx.warmup_steps)
+    return charged(own, reference), reference, disturbance
+
+
+def busy_machine(disturbance: Disturbance, ratio: float) -> str:
+    """Why a verdict that would fail on disturbed launches is deferred, and what would grade it."""
+    return (
+        f"the machine was busy: {disturbance.describe()}, and a slower step is failed only on at least {QUIET_ROUNDS} rounds that nothing else disturbed "
+        f"({disturbance.quiet} in this grading); on the disturbed launches your steps read {ratio:.2f}× the reference's. A grading on a quiet machine (a regrade) decides it"
+    )
 
 
 def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurement, Measurement]]] | Verdict:
@@ -52,7 +66,7 @@ def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurem
     measured = [_sides(ctx, name) for name in names]
     if any(m is None for m in measured):
         return Verdict(False, "", deferred=NOT_TIMED)
-    return names, [m for m in measured if m is not None]
+    return names, [m[:2] for m in measured if m is not None]
 
 
 def _adopted_options(ctx: CheckContext, name: str) -> str:
@@ -69,33 +83,42 @@ def efficiency(ctx: CheckContext) -> Verdict:
     work added to one step in five costs what it costs; a step that another process slowed
     in one launch does not count). The reference's DDP takes your DDP options (as the traffic
     shows them; grader/speed/measure.py adopted_options): a choice DDP offers costs you
-    nothing here."""
+    nothing here. Rounds that other load disturbed are set aside, and a slower step read only
+    on disturbed rounds is deferred, not failed (`judged_rounds`)."""
     limit = float(ctx.options["max_ratio"])
     lines, data, passed = [], {}, True
     for run in ctx.runs:
         sides = _sides(ctx, run.spec.name)
         if sides is None:
             return Verdict(False, "", deferred=NOT_TIMED)
-        own, reference = sides
+        own, reference, disturbance = sides
         if not own.timed:  # first: a submission that used up the budget, the reference's launches unmade, fails
             return Verdict(False, f"{run.spec.name}: your script could not be timed: {own.problem}")
         if not reference.timed:
             return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
         ratio = cost_ratio(own, reference)
         ok = ratio <= limit
+        if not ok and disturbance.disturbed and disturbance.quiet < QUIET_ROUNDS:
+            return Verdict(False, "", deferred=f"{run.spec.name}: {busy_machine(disturbance, ratio)}", data={"speed": {run.spec.name: {"ratio": round(ratio, 4), "max_ratio": limit, "load": disturbance.as_data(), **_launch_loads(ctx.timings[run.spec.name])}}})
         passed &= ok
         adopted = _adopted_options(ctx, run.spec.name)
-        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_cost()}, the reference {reference.describe_cost(records=False)}{describe_counts(own, reference)}{adopted}")
-        data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data()}
+        aside = f"; {disturbance.disturbed} of {disturbance.rounds} rounds set aside, disturbed by other load" if disturbance.disturbed and disturbance.quiet >= QUIET_ROUNDS else ""
+        lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_cost()}, the reference {reference.describe_cost(records=False)}{describe_counts(own, reference)}{adopted}{aside}")
+        data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data(), "load": disturbance.as_data(), **_launch_loads(ctx.timings[run.spec.name])}
     summary = "; ".join(lines) if passed else next(line for line in lines if "allowed" in line)
     return Verdict(passed, summary, tuple(lines), data={"speed": data})
+
+
+def _launch_loads(timed: TimedRuns) -> dict:
+    """Each launch's share of the machine other processes took, side by side, in launch order."""
+    return {"others_share": {side: [None if launch.load is None else round(launch.load.others_share, 3) for launch in launches] for side, launches in (("submission", timed.own), ("reference", timed.reference))}}
 
 
 DOUBT_MARGIN = 0.1  # a ratio less than this below max_ratio is in doubt too: work moved ahead of the loop, 1.5x in all, read 1.22-1.48x where the launches of one step count were one each (bench/RESULTS.md)
 
 
 def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any]) -> bool:
-    """Whether `efficiency` would fail on these launches, or pass them by less than
+    """Whether `efficiency` would fail on the launches it judges (`judged_rounds`), or pass them by less than
     DOUBT_MARGIN, or pass them on launches of one side that load visibly disturbed
     (`Measurement.unsettled`), though both sides were timed: more launches of both may still
     pass it, or fail it (a crash or an untimed side is not a matter of doubt). Each round adds
@@ -103,13 +126,16 @@ def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any
     which `charged` reads per count, is the least over more of them. (A burst of load over
     one round of p6's, its reference's launches 52 ms a step against 23 ms in the other, and
     its submission's first timed step late, let each step's work moved ahead of the loop pass
-    at 0.94× in CI.)"""
-    measured = measure(timed.own, warmup)
-    reference = measure(timed.reference, warmup)
+    at 0.94× in CI.) Rounds that other load disturbed, where fewer than QUIET_ROUNDS quiet
+    ones remain, are a matter of doubt too: more rounds may be quiet."""
+    judged, disturbance = judged_rounds(timed)
+    measured = measure(judged.own, warmup)
+    reference = measure(judged.reference, warmup)
     own = charged(measured, reference)
     if not (own.timed and reference.timed):
         return False
-    return cost_ratio(own, reference) > float(options["max_ratio"]) - DOUBT_MARGIN or reference.unsettled or measured.unsettled
+    busy = disturbance.disturbed > 0 and disturbance.quiet < QUIET_ROUNDS
+    return busy or cost_ratio(own, reference) > float(options["max_ratio"]) - DOUBT_MARGIN or reference.unsettled or measured.unsettled
 
 
 def _calibrated_speedup(ctx: CheckContext, baseline: str, parallel: str) -> float | None:
