@@ -24,7 +24,10 @@ sections it did not measure are kept) and prints them.
 5. Steady verdicts (`--steady N`, alone): every reference solution and every correct variant
    the tests hold (tests/p*_variants.py: the correct-but-unusual ones, the tutorial-style
    ones) graded N times in a row, timed; every grading must give full marks. Spliced into the
-   results file. With `--busy`, a competing process keeps the last core busy throughout.
+   results file. With `--busy`, a competing process keeps the last core busy throughout; with
+   `--bursty`, bursts of one or two busy processes come and go (bench/bursts.py): no grading may
+   fall short, and a speed check the busy machine defers is counted apart. `--practicals p6,p10`
+   narrows it.
 6. Spread (`--spread N`, alone): p6's and p10's reference solutions graded N times each,
    timed: the ratio of the submission's side (the reference itself) to the reference's side
    by what a step costs (each step's median over the launches, what `efficiency` judges), by
@@ -74,6 +77,7 @@ from grader.grade.options import GradeOptions  # noqa: E402
 from grader.grade.plan import deferred_checks, plan_runs  # noqa: E402
 from grader.speed.schedule import reference_launched, timed_runs  # noqa: E402
 from grader.spec.model import RunDef  # noqa: E402
+from bursts import bursty_load  # noqa: E402 - bench/bursts.py, beside this file
 
 PYTHON = sys.executable
 TORCHRUN = [PYTHON, "-m", "torch.distributed.run"]
@@ -183,6 +187,9 @@ def speed_failures(practical: Practical, document: dict) -> list[str]:
     """The speed checks that failed in a results document."""
     speed_ids = {c.id for c in practical.assignment.checks if practical.module.CHECKS[c.check].timed}
     return [f"{t['tags'][0]}: {t['output']}" for t in document["tests"] if t.get("status") == "failed" and t["tags"][0] in speed_ids]
+
+
+SPEED_DEFERRABLE = ("efficiency",)  # speed checks a busy machine defers (the GPU checks are deferred on a CPU machine in every grading)
 
 
 def competing_load() -> subprocess.Popen:
@@ -547,47 +554,61 @@ def correct_submissions(work: Path) -> list[tuple[str, str, Path]]:
     return found
 
 
-def steady_section(work: Path, gradings: int, busy: bool = False) -> list[str]:
-    """Every reference solution and correct variant graded `gradings` times in a row, timed
-    (`busy`: with a competing process on the last core throughout): the Markdown section that
-    says how many gradings fell short of full marks, and which checks."""
-    submissions = correct_submissions(work)
+LOADS = {
+    "busy": ("a busy core", "a busy loop pinned to the last core throughout"),
+    "bursty": ("bursty load", "bursts of one or two busy processes, 0.2–2 s on and 0.2–2 s off at random (bench/bursts.py, seed 0)"),
+}
+
+
+def steady_section(work: Path, gradings: int, load: str | None = None, only: tuple[str, ...] = ()) -> list[str]:
+    """Every reference solution and correct variant (of the practicals `only`, where given)
+    graded `gradings` times in a row, timed, with `load` (LOADS) beside them throughout: the
+    Markdown section that says how many gradings fell short of full marks, and which checks,
+    and how many had a check deferred."""
+    submissions = [entry for entry in correct_submissions(work) if not only or entry[0] in only]
     short: dict[str, list[str]] = {f"{p} {name}": [] for p, name, _ in submissions}
+    deferred: dict[str, list[str]] = {key: [] for key in short}
     ratios: dict[str, list[float]] = {key: [] for key in short}
     started = time.perf_counter()
-    load = competing_load() if busy else None
+    beside = competing_load() if load == "busy" else bursty_load(0) if load == "bursty" else None
     try:
-        _steady_gradings(work, gradings, submissions, short, ratios)
+        _steady_gradings(work, gradings, submissions, short, deferred, ratios)
     finally:
-        if load is not None:
-            load.kill()
+        if beside is not None:
+            beside.terminate()
+            beside.wait()
     minutes = (time.perf_counter() - started) / 60
-    flaky = sum(len(found) for found in short.values())
+    flaky, put_off = sum(len(found) for found in short.values()), sum(len(found) for found in deferred.values())
+    title, how = LOADS[load] if load else ("", "")
+    flags = f"{' --' + load if load else ''}{' --practicals ' + ','.join(only) if only else ''}"
     lines = [
-        f"## Steady verdicts{' with a busy core' if busy else ''}: correct submissions graded again and again",
+        f"## Steady verdicts{' with ' + title if title else ''}: correct submissions graded again and again",
         "",
-        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --steady {gradings}{' --busy' if busy else ''}` ({minutes:.0f} min): "
-        f"every reference solution and every correct variant of the tests, graded {gradings} times in a row, timed, each with its own seed"
-        f"{', a busy loop pinned to the last core throughout' if busy else ''}. "
-        f"**{flaky} of {gradings * len(submissions)}** gradings fell short of full marks (target 0).",
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --steady {gradings}{flags}` ({minutes:.0f} min): "
+        f"every reference solution and every correct variant of the tests{' of ' + ', '.join(only) if only else ''}, graded {gradings} times in a row, timed, each with its own seed"
+        f"{', ' + how if how else ''}. "
+        f"**{flaky} of {gradings * len(submissions)}** gradings fell short of full marks (target 0); **{put_off}** had a check deferred.",
         "",
-        "| practical | submission | gradings with full marks | efficiency ratios |",
-        "|---|---|---|---|",
+        "| practical | submission | gradings with full marks | deferred | efficiency ratios |",
+        "|---|---|---|---|---|",
     ]
     for practical, name, _ in submissions:
-        misses, measured = short[f"{practical} {name}"], ratios[f"{practical} {name}"]
+        misses, measured, later = short[f"{practical} {name}"], ratios[f"{practical} {name}"], deferred[f"{practical} {name}"]
         spread = f"{min(measured):.2f}–{max(measured):.2f}×" if measured else "–"
-        lines.append(f"| {practical} | {name} | {gradings - len(misses)} of {gradings}{' — ' + '; '.join(misses[:3]) if misses else ''} | {spread} |")
+        lines.append(f"| {practical} | {name} | {gradings - len(misses)} of {gradings}{' — ' + '; '.join(misses[:3]) if misses else ''} | {len(later)} | {spread} |")
     return [*lines, ""]
 
 
-def _steady_gradings(work: Path, gradings: int, submissions: list[tuple[str, str, Path]], short: dict[str, list[str]], ratios: dict[str, list[float]]) -> None:
-    """steady_section's gradings, round by round, into `short` and `ratios`."""
+def _steady_gradings(work: Path, gradings: int, submissions: list[tuple[str, str, Path]], short: dict[str, list[str]], deferred: dict[str, list[str]], ratios: dict[str, list[float]]) -> None:
+    """steady_section's gradings, round by round, into `short`, `deferred` and `ratios`."""
     for run in range(gradings):
         for practical, name, folder in submissions:
             _, document = grade(practical, work / "steady.json", "--seed", str(4000 + run), folder=folder)
             lost = [t["tags"][0] for t in document["tests"] if t.get("status") == "failed"]
-            if lost or document["score"] < document["extra_data"]["max_score"]:
+            put_off = [t["tags"][0] for t in document["tests"] if "deferred_points" in t.get("extra_data", {}) and t["tags"][0] in SPEED_DEFERRABLE]
+            if put_off:
+                deferred[f"{practical} {name}"].append(f"grading {run + 1}: {', '.join(put_off)}")
+            if lost or document["score"] < document["extra_data"]["max_score"] - sum(t["extra_data"]["deferred_points"] for t in document["tests"] if "deferred_points" in t.get("extra_data", {})):
                 short[f"{practical} {name}"].append(f"grading {run + 1}: {', '.join(lost) or 'points short'}")
             ratio = next((t.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio") for t in document["tests"] if t["tags"][0] == "efficiency"), None)
             if ratio is not None:
@@ -715,7 +736,10 @@ def main() -> None:
     parser.add_argument("--before", metavar="REV", help="also grade p6 with the grader of this commit, alternating with this checkout's (the cost of a change)")
     parser.add_argument("--carried", metavar="REV", help="only the hub's section: its cost against REV (a commit before it), a planted 1.5× slowdown and false fails, each --false-fail-runs gradings; spliced into --out")
     parser.add_argument("--steady", type=int, metavar="N", help="only the steady-verdicts section: every reference solution and correct variant graded N times; spliced into --out")
-    parser.add_argument("--busy", action="store_true", help="with --steady: a competing process keeps the last core busy throughout")
+    load = parser.add_mutually_exclusive_group()
+    load.add_argument("--busy", action="store_true", help="with --steady: a competing process keeps the last core busy throughout")
+    load.add_argument("--bursty", action="store_true", help="with --steady: bursts of one or two busy processes beside the gradings (bench/bursts.py)")
+    parser.add_argument("--practicals", help="with --steady: only these practicals (comma-separated), e.g. p6,p10")
     parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
     parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run not carried, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
     parser.add_argument("--shapes", type=int, metavar="N", help="only the shapes section: a planted 1.5× slowdown in every step, most, every fifth, one, and ahead of the loop, N gradings each; spliced into --out")
@@ -727,7 +751,7 @@ def main() -> None:
     if options.steady or options.spread or options.clocked or options.shapes or options.memory or options.compare:
         section = (
             compare_with(options.compare, work, options.repeat + 1, "## A graded p6 and p10 before and after (the grader of {commit} against this checkout's)", ("p6", "p10")) if options.compare
-            else steady_section(work, options.steady, options.busy) if options.steady
+            else steady_section(work, options.steady, "busy" if options.busy else "bursty" if options.bursty else None, tuple(options.practicals.split(",")) if options.practicals else ()) if options.steady
             else shapes_section(work, options.shapes, tuple(options.shape or ())) if options.shapes
             else spread_section(work, options.spread) if options.spread
             else clocked_section(work, options.clocked) if options.clocked

@@ -439,7 +439,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         results = args.results_dir / f"{practical_id}.json" if args.results_dir else None
         _emit(report, results, [Route(available()["console"], sys.stdout)])
         full = not report.error and all(c.status in (Status.PASSED, Status.DEFERRED) for c in report.checks)
-        print(f"==> {practical_id}: {report.score:g}/{report.max_score:g} {'FULL MARKS' if full else 'NOT FULL MARKS'}\n")
+        deferred = [c.id for c in report.checks if c.status is Status.DEFERRED]
+        later = f" (deferred, not graded here: {', '.join(deferred)})" if deferred else ""
+        print(f"==> {practical_id}: {report.score:g}/{report.max_score:g} {'FULL MARKS' if full else 'NOT FULL MARKS'}{later}\n")
         if not full:
             failed.append(practical_id)
     if failed:

@@ -182,10 +182,11 @@ def test_verify_delivers_each_reference_grading_to_the_console_and_its_results_f
     the table on the console, the results file where asked, its verdict per practical."""
     import grader.cli as cli
 
-    full = GradingReport("p6", "DDP", (CheckResult("rank_setup", "Ranks", 1, 2.0, 2.0, Status.PASSED, "ok"),))
+    busy = "timed: the machine was busy: in 4 of 4 rounds of launches other processes used more than 10% of the machine's CPU time"
+    full = GradingReport("p6", "DDP", (CheckResult("rank_setup", "Ranks", 1, 2.0, 2.0, Status.PASSED, "ok"), CheckResult("efficiency", "Speed", 2, 0.0, 2.0, Status.DEFERRED, busy)))
     monkeypatch.setattr(cli, "_grade_folder", lambda *args, **kwargs: full if args[0].id == "p6" else report())
     assert cli.main(["verify", "p6", "p10", "--results-dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "==> p6: 2/2 FULL MARKS" in out and "==> p10: 2/7 NOT FULL MARKS" in out and "reference solutions below full marks: p10" in out
+    assert "==> p6: 2/2 FULL MARKS (deferred, not graded here: efficiency)" in out and "the machine was busy" in out and "==> p10: 2/7 NOT FULL MARKS" in out and "reference solutions below full marks: p10" in out
     assert "Score: 2 / 2" in out  # the console channel's table
     assert json.loads((tmp_path / "p6.json").read_text())["score"] == 2
