@@ -31,6 +31,7 @@ from grader.run import procs
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 BUSY_FIELDS = (0, 1, 2, 7)  # of a /proc/stat cpu line: user, nice, system, steal (guest time is inside user)
 SAMPLE_S = 0.2  # how often a running launch's tasks' schedstat is read
+SPAN_SHARE = 0.25  # of the CPUs over one sample's interval: more taken by other load makes the interval a busy span (/proc/stat counts in 10 ms ticks: a 0.2 s interval of 2 CPUs reads to within about 10 %)
 DISTURBED_SHARE = 0.1  # the rest of the machine took more than this share of its CPU time during a launch: the launch was disturbed (docs/design.md)
 
 
@@ -44,6 +45,7 @@ class LaunchLoad:
     others_cpu_s: float  # the rest of the machine, the grader's own process left out
     waited_s: float  # the job's tasks runnable but waiting for a CPU (as sampled)
     ran_s: float  # the job's tasks on a CPU (as sampled, beside waited_s)
+    busy_spans: tuple[tuple[float, float], ...] = ()  # the intervals (CLOCK_MONOTONIC) in which other load took more than SPAN_SHARE of the CPUs
 
     @property
     def others_share(self) -> float:
@@ -75,6 +77,7 @@ class LaunchLoad:
             "waited_s": round(self.waited_s, 4),
             "wait_share": round(self.wait_share, 4),
             "disturbed": self.disturbed,
+            "busy_s": round(sum(end - start for start, end in self.busy_spans), 4),
         }
 
 
@@ -118,30 +121,51 @@ class LoadMeter:
     root: int
     cpus: frozenset[int] = field(default_factory=allowed_cpus)
     _start: tuple[float, float, float, int] = (0.0, 0.0, 0.0, 0)  # monotonic, machine busy, own CPU, the tree's ticks
+    _last: tuple[float, float, float, int, int] = (0.0, 0.0, 0.0, 0, 0)  # at the last sample: monotonic, machine busy, own CPU, the job's tasks' run time (ns), the tree's ticks
     _tasks: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # tid -> first (run, wait), last (run, wait) in ns
+    _spans: list[tuple[float, float]] = field(default_factory=list)
     _next_sample: float = 0.0
 
     def start(self) -> None:
-        self._start = (time.monotonic(), machine_busy_s(self.cpus), own_cpu_s(), procs.tree_cpu_ticks(self.root))
-        self._tasks = {tid: (ran, waited, ran, waited) for tid, (ran, waited) in procs.tree_schedstats(self.root).items()}
-        self._next_sample = time.monotonic() + SAMPLE_S
-
-    def sample(self) -> None:
-        """Read the schedstat of every task of the job, at most every SAMPLE_S (a task born
-        since `start` counts from its birth)."""
         now = time.monotonic()
-        if now < self._next_sample:
+        ticks, tasks = procs.tree_schedstats(self.root)
+        self._tasks = {tid: (ran, waited, ran, waited) for tid, (ran, waited) in tasks.items()}
+        self._start = (now, machine_busy_s(self.cpus), own_cpu_s(), ticks)
+        self._last = (now, self._start[1], self._start[2], self._ran_ns(), ticks)
+        self._spans = []
+        self._next_sample = now + SAMPLE_S
+
+    def _ran_ns(self) -> int:
+        return sum(last - first for first, _, last, _ in self._tasks.values())
+
+    def sample(self, force: bool = False) -> None:
+        """Read the schedstat of every task of the job (a task born since `start` counts from
+        its birth), and what other load took since the last sample, at most every SAMPLE_S:
+        an interval where it took more than SPAN_SHARE of the CPUs is a busy span."""
+        now = time.monotonic()
+        if now < self._next_sample and not force:
             return
         self._next_sample = now + SAMPLE_S
-        for tid, (ran, waited) in procs.tree_schedstats(self.root).items():
+        ticks, tasks = procs.tree_schedstats(self.root)
+        for tid, (ran, waited) in tasks.items():
             first = self._tasks.get(tid)
             self._tasks[tid] = (0, 0, ran, waited) if first is None else (first[0], first[1], ran, waited)
+        busy, own, ran = machine_busy_s(self.cpus), own_cpu_s(), self._ran_ns()
+        before, busy_before, own_before, ran_before, ticks_before = self._last
+        job = max((ran - ran_before) / 1e9, (ticks - ticks_before) * TICK_S)  # the tasks' nanoseconds, or the tree's ticks where a task ended unseen (its reaper's count holds it)
+        others = (busy - busy_before) - (own - own_before) - job
+        if now > before and others > SPAN_SHARE * (now - before) * len(self.cpus):
+            if self._spans and self._spans[-1][1] >= before:
+                self._spans[-1] = (self._spans[-1][0], now)
+            else:
+                self._spans.append((before, now))
+        self._last = (now, busy, own, ran, ticks)
 
     def stop(self) -> LaunchLoad:
         started, busy, own, ticks = self._start
         wall = time.monotonic() - started
-        job = max(procs.tree_cpu_ticks(self.root) - ticks, 0) * TICK_S
+        job = max(procs.tree_schedstats(self.root)[0] - ticks, 0) * TICK_S
         others = max(machine_busy_s(self.cpus) - busy - job - (own_cpu_s() - own), 0.0)
-        ran = sum(last_ran - first_ran for first_ran, _, last_ran, _ in self._tasks.values()) / 1e9
+        ran = self._ran_ns() / 1e9
         waited = sum(last_wait - first_wait for _, first_wait, _, last_wait in self._tasks.values()) / 1e9
-        return LaunchLoad(wall_s=wall, cpus=len(self.cpus), job_cpu_s=job, others_cpu_s=others, waited_s=waited, ran_s=ran)
+        return LaunchLoad(wall_s=wall, cpus=len(self.cpus), job_cpu_s=job, others_cpu_s=others, waited_s=waited, ran_s=ran, busy_spans=tuple(self._spans))

@@ -523,6 +523,7 @@ class LocalRunner:
                 refused = not forked
                 break
         wall = time.monotonic() - started
+        meter.sample(force=True)
         load = meter.stop()
         if timed_out:
             # the launcher reports pids as seen inside the sandbox's pid namespace

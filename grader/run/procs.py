@@ -118,12 +118,14 @@ def tree_cpu_ticks(ancestor: int) -> int:
     return sum(table[pid][1] for pid in _below(table, ancestor))
 
 
-def tree_schedstats(ancestor: int) -> dict[int, tuple[int, int]]:
-    """Per task (thread) of `ancestor` and every process below it: nanoseconds on a CPU and
-    nanoseconds runnable but waiting for one, from /proc/<pid>/task/<tid>/schedstat (the
-    kernel's count)."""
+def tree_schedstats(ancestor: int) -> tuple[int, dict[int, tuple[int, int]]]:
+    """`tree_cpu_ticks(ancestor)`, and per task (thread) of `ancestor` and every process below
+    it: nanoseconds on a CPU and nanoseconds runnable but waiting for one, from
+    /proc/<pid>/task/<tid>/schedstat (the kernel's counts), in one pass over /proc."""
+    table = _stat_table()
+    below = _below(table, ancestor)
     found: dict[int, tuple[int, int]] = {}
-    for pid in _below(_stat_table(), ancestor):
+    for pid in below:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
@@ -135,7 +137,7 @@ def tree_schedstats(ancestor: int) -> dict[int, tuple[int, int]]:
                 found[int(tid)] = int(ran), int(waited)
             except (OSError, ValueError):
                 continue
-    return found
+    return sum(table[pid][1] for pid in below), found
 
 
 def _parent_and_nspids(pid: int) -> tuple[int, list[int]] | None:

@@ -56,7 +56,7 @@ from grader.probe.messages import DdpOptions
 from grader.practicals.reference import DataParallelReference
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
-from grader.run.load import DISTURBED_SHARE, LaunchLoad
+from grader.run.load import DISTURBED_SHARE, SPAN_SHARE, LaunchLoad
 from grader.traffic.report import is_reduction
 from grader.traffic.training import TrainingSeen, sized_step_ends, step_ends
 
@@ -203,7 +203,9 @@ class Measurement:
     charged_s: float = 0.0  # of that, beyond the reference's, spread over the long launch's steps (`charged`)
     launch_steps_s: tuple[tuple[float, ...], ...] = ()  # per launch that could be timed (by the hub's or the recorder's clock), its timed steps in order
     launch_asked: tuple[int | None, ...] = ()  # per launch of launch_steps_s: the steps it was asked for (None: the run's own)
+    launch_quiet: tuple[tuple[bool, ...], ...] = ()  # per launch of launch_steps_s, per timed step: whether other load left it alone (`quiet_steps`; empty: every step)
     leads: tuple[tuple[int, float], ...] = ()  # by the hub's clock, per launch: the steps it was asked for, and when its first timed step began (from the ranks' start)
+    busy_leads: frozenset[int] = frozenset()  # the indices in `leads` of launches that other load disturbed before their first timed step (`quiet_lead`)
     lead_charged_s: float = 0.0  # per step: the work before the first timed step that grows with the steps asked, beyond the reference's (`charged`)
 
     def lead_slope_s(self) -> tuple[float, int, float, int, float] | None:
@@ -217,11 +219,24 @@ class Measurement:
         short, long = min(least), max(least)
         return (least[long] - least[short]) / (long - short), short, least[short], long, least[long]
 
+    def quiet_leads(self) -> list[tuple[int, float]]:
+        """`leads`, those of launches other load disturbed before their first timed step left
+        out where a launch of the same count was left alone."""
+        calm = {steps for index, (steps, _) in enumerate(self.leads) if index not in self.busy_leads}
+        return [lead for index, lead in enumerate(self.leads) if index not in self.busy_leads or lead[0] not in calm]
+
+    @property
+    def leads_unsure(self) -> bool:
+        """Whether some step count's least lead is of a launch other load disturbed before its
+        first timed step (no launch of that count was left alone there)."""
+        calm = {steps for index, (steps, _) in enumerate(self.leads) if index not in self.busy_leads}
+        return any(steps not in calm for steps, _ in self.leads)
+
     def least_leads(self) -> dict[int, float]:
         """Per step count asked, the least time its launches took to begin their first timed
         step (by the hub's clock; load only delays it)."""
         least: dict[int, float] = {}
-        for steps, lead in self.leads:
+        for steps, lead in self.quiet_leads():
             least[steps] = min(lead, least.get(steps, lead))
         return least
 
@@ -273,13 +288,40 @@ class Measurement:
             return statistics.fmean(by_count.values())
         return _step_cost(self.launch_steps_s) if self.launch_steps_s else self.typical_s
 
-    def cost_by_count(self) -> dict[int, float]:
+    def cost_by_count(self, keep: "QuietSteps | None" = None) -> dict[int, float]:
         """Per step count asked, what a step of its launches costs (empty where the launches
-        asked for none)."""
+        asked for none); with `keep`, over the steps it keeps alone, each by its quiet runs."""
         if len(self.launch_asked) != len(self.launch_steps_s):
             return {}
         counts = sorted({asked for asked in self.launch_asked if asked is not None})
-        return {count: _step_cost([steps for steps, asked in zip(self.launch_steps_s, self.launch_asked) if asked == count]) for count in counts}
+        if keep is None:
+            return {count: _step_cost([steps for steps, asked in zip(self.launch_steps_s, self.launch_asked) if asked == count]) for count in counts}
+        quiet = self._quiet()
+        return {
+            count: _step_cost([steps for steps, asked in zip(self.launch_steps_s, self.launch_asked) if asked == count], [flags for flags, asked in zip(quiet, self.launch_asked) if asked == count], keep.keep[count])
+            for count in counts
+            if keep.keep.get(count)
+        }
+
+    def _quiet(self) -> tuple[tuple[bool, ...], ...]:
+        """Per launch of launch_steps_s, per timed step, whether it ran quiet."""
+        return self.launch_quiet if len(self.launch_quiet) == len(self.launch_steps_s) else tuple((True,) * len(steps) for steps in self.launch_steps_s)
+
+    def quiet_by_count(self) -> dict[int | None, list[tuple[bool, ...]]]:
+        """Per step count asked (None: the run's own), its launches' quiet steps."""
+        found: dict[int | None, list[tuple[bool, ...]]] = {}
+        asked = self.launch_asked if len(self.launch_asked) == len(self.launch_steps_s) else (None,) * len(self.launch_steps_s)
+        for flags, count in zip(self._quiet(), asked):
+            found.setdefault(count, []).append(flags)
+        return found
+
+    def quiet_cost_s(self, keep: "QuietSteps") -> float | None:
+        """What a step of the side costs over the steps `keep` keeps, launches that asked for
+        no count taken together (`cost_s` otherwise); None where it keeps none."""
+        steps = keep.keep.get(None)
+        if not steps or not self.launch_steps_s:
+            return None
+        return _step_cost(self.launch_steps_s, self._quiet(), steps)
 
     def describe_cost(self, records: bool = True) -> str:
         """'12.90 ms per step (each of its 18 timed steps by its median over 3 launches;
@@ -397,12 +439,31 @@ class Disturbance:
         return {"rounds": self.rounds, "disturbed_rounds": self.disturbed, "bound_share": DISTURBED_SHARE, **({"worst": self.worst.as_data()} if self.worst else {})}
 
 
+def busy_reason(own: Measurement, reference: Measurement, disturbance: Disturbance) -> str | None:
+    """Why a verdict on these sides might rest on other load, not the program (None: it does
+    not): by the grader's clock, too few rounds left alone (`judged_rounds`); by the hub's,
+    too few of a step count's steps left alone on both sides (`shared_quiet`), or the work
+    before the first timed step, charged, read only from launches disturbed there
+    (`Measurement.leads_unsure`)."""
+    if own.pair_steps is not None or reference.pair_steps is not None:
+        if disturbance.disturbed and disturbance.quiet < QUIET_ROUNDS:
+            return f"{disturbance.describe()}; {disturbance.quiet} were left alone, and {QUIET_ROUNDS} are needed"
+        return None
+    keep = shared_quiet(own, reference)
+    if keep is not None and not keep.enough:
+        return f"other processes took more than {SPAN_SHARE:.0%} of the CPUs during most of the timed steps: {keep.coverage:.0%} of a step count's steps ran undisturbed in a launch of each side, and {MIN_COVERAGE:.0%} are needed"
+    if own.lead_charged_s and own.leads_unsure:
+        return "other processes took more than a quarter of the CPUs before your first timed step in every launch of one step count, so how much later it began cannot be told from the load"
+    return None
+
+
 def judged_rounds(timed: TimedRuns) -> tuple[TimedRuns, Disturbance]:
-    """The launches a speed verdict rests on, and how other load touched the rounds: where a
-    launch of a round (the submission's or the reference's, made one after the other) was
-    disturbed (`LaunchLoad.disturbed`) and at least QUIET_ROUNDS rounds were not, the quiet
-    rounds alone; else every round (a verdict on disturbed rounds never fails: `efficiency`
-    defers it). Rounds are read by position: the k-th round's launches are the k-th of each
+    """The launches a speed verdict rests on, and how other load touched the rounds. Timed by
+    the grader's clock (pairs of whole launches): where a launch of a round (the submission's
+    or the reference's, made one after the other) was disturbed (`LaunchLoad.disturbed`) and
+    at least QUIET_ROUNDS rounds were not, the quiet rounds alone; else every round (a verdict
+    on disturbed rounds never fails: `efficiency` defers it). Timed by the hub's clock: every
+    round, whose steps other load left alone are told apart step by step (`shared_quiet`). Rounds are read by position: the k-th round's launches are the k-th of each
     side (grader/speed/schedule.py run_timed)."""
     own_size, reference_size = _round_size(timed.own), _round_size(timed.reference)
     rounds = max(-(-len(timed.own) // own_size), -(-len(timed.reference) // reference_size) if timed.reference else 0)
@@ -410,7 +471,7 @@ def judged_rounds(timed: TimedRuns) -> tuple[TimedRuns, Disturbance]:
     quiet = [not any(_disturbed(launch) for launch in (*own, *reference)) for own, reference in launches]
     loads = [launch.load for launch in (*timed.own, *timed.reference) if launch.load is not None and launch.load.disturbed]
     disturbance = Disturbance(rounds, quiet.count(False), max(loads, key=lambda load: load.others_share, default=None))
-    if not disturbance.disturbed or disturbance.quiet < QUIET_ROUNDS:
+    if not disturbance.disturbed or disturbance.quiet < QUIET_ROUNDS or own_size == 1:  # a launch the hub timed keeps its quiet steps (`shared_quiet`)
         return timed, disturbance
     kept = [pair for pair, calm in zip(launches, quiet) if calm]
     return TimedRuns(tuple(launch for own, _ in kept for launch in own), tuple(launch for _, reference in kept for launch in reference)), disturbance
@@ -423,10 +484,72 @@ LOAD_SPREAD = 1.5  # launch medians of one side more than this many times apart 
 SETTLED_LAUNCHES = 3  # launches whose median sets one slowed by load aside (`Measurement.unsettled`)
 
 
-def _step_cost(launches: Sequence[Sequence[float]]) -> float:
-    """Step by step, the median of that step over `launches`, averaged over the steps all have."""
+def _step_cost(launches: Sequence[Sequence[float]], quiet: Sequence[Sequence[bool]] | None = None, keep: frozenset[int] | None = None) -> float:
+    """Step by step, the median of that step over `launches`, averaged over the steps all have;
+    with `keep`, over those steps alone, each by its median over the launches that ran it quiet
+    (`quiet`, per launch and step)."""
     count = min(len(steps) for steps in launches)
-    return statistics.fmean(statistics.median(steps[i] for steps in launches) for i in range(count))
+    if keep is None or quiet is None:
+        return statistics.fmean(statistics.median(steps[i] for steps in launches) for i in range(count))
+    return statistics.fmean(statistics.median(steps[i] for steps, calm in zip(launches, quiet) if calm[i]) for i in sorted(keep) if i < count)
+
+
+MIN_COVERAGE = 0.5  # of a step count's timed steps: the least share that must have run quiet on both sides for a verdict on them alone (`quiet_steps`)
+
+
+def quiet_lead(launch: JobResult, warmup: int = 1) -> bool:
+    """Whether other load left a launch the hub timed alone before its first timed step (from
+    the hub's start: a burst there delays the step, and the work before it would read as
+    work that grows with the steps asked: `charged`)."""
+    load, traffic, ends = launch.load, launch.traffic, launch.step_ends
+    if not isinstance(ends, tuple) or load is None or not isinstance(traffic, TrafficReport) or not traffic.started:
+        return True
+    first = traffic.started + ends[max(warmup, 1) - 1]
+    return not any(start < first and traffic.started < end for start, end in load.busy_spans)
+
+
+def quiet_steps(launch: JobResult, warmup: int = 1) -> tuple[bool, ...] | None:
+    """Per timed step of a launch the hub timed (as `step_seconds` gives them), whether other
+    load left it alone: no busy span the grader counted during the launch
+    (`LaunchLoad.busy_spans`, CLOCK_MONOTONIC) overlaps it, placed by the hub's start
+    (`TrafficReport.started`). None where that cannot be told."""
+    load, traffic, ends = launch.load, launch.traffic, launch.step_ends
+    if not isinstance(ends, tuple) or load is None or not isinstance(traffic, TrafficReport) or not traffic.started:
+        return None
+    first = max(warmup, 1) - 1
+    spans = load.busy_spans
+    return tuple(not any(start < traffic.started + later and traffic.started + earlier < end for start, end in spans) for earlier, later in zip(ends[first:], ends[first + 1 :]))
+
+
+@dataclass(frozen=True)
+class QuietSteps:
+    """Which timed steps a verdict on the steps other load left alone rests on, per step count."""
+
+    keep: Mapping[int | None, frozenset[int]]  # per step count (None: the run's own), the indices of the steps that ran quiet in a launch of each side
+    coverage: float  # the least share, over the counts, of a count's timed steps kept
+
+    @property
+    def enough(self) -> bool:
+        return self.coverage >= MIN_COVERAGE
+
+
+def shared_quiet(own: Measurement, reference: Measurement) -> QuietSteps | None:
+    """The steps of each step count that ran quiet in at least one launch of each side (the
+    same steps on both: what a step costs differs from step to step); None where other load
+    left every timed step alone."""
+    if not own.launch_quiet and not reference.launch_quiet:
+        return None
+    if all(all(flags) for flags in (*own.launch_quiet, *reference.launch_quiet)):
+        return None
+    mine, theirs = own.quiet_by_count(), reference.quiet_by_count()
+    keep: dict[int | None, frozenset[int]] = {}
+    coverage = 1.0
+    for count in mine.keys() & theirs.keys():
+        steps = min(len(flags) for flags in (*mine[count], *theirs[count]))
+        kept = frozenset(i for i in range(steps) if any(flags[i] for flags in mine[count]) and any(flags[i] for flags in theirs[count]))
+        keep[count] = kept
+        coverage = min(coverage, len(kept) / steps if steps else 0.0)
+    return QuietSteps(keep, coverage if keep else 0.0)
 
 
 RECORDS_SLACK = 1.5  # records that claim steps this many times faster than the grader's clock saw are named in the feedback
@@ -538,8 +661,12 @@ LEAD_SLACK = 0.1  # of a reference step: how much the first timed step may begin
 
 def count_ratios(own: Measurement, reference: Measurement) -> dict[int, float]:
     """Per step count both sides' launches asked for, what the submission's steps cost against
-    the reference's in launches of that count (empty where the launches asked for none)."""
-    mine, theirs = own.cost_by_count(), reference.cost_by_count()
+    the reference's in launches of that count (empty where the launches asked for none); where
+    other load disturbed some steps and enough ran quiet on both sides (`shared_quiet`), over
+    those steps alone."""
+    keep = shared_quiet(own, reference)
+    keep = keep if keep is not None and keep.enough else None
+    mine, theirs = own.cost_by_count(keep), reference.cost_by_count(keep)
     return {count: mine[count] / theirs[count] for count in mine if count in theirs and theirs[count] > 0}
 
 
@@ -583,6 +710,11 @@ def cost_ratio(own: Measurement, reference: Measurement) -> float:
     ratios = count_ratios(own, reference)
     if ratios:
         return statistics.fmean(ratios.values())
+    keep = shared_quiet(own, reference)
+    if keep is not None and keep.enough:
+        mine, theirs = own.quiet_cost_s(keep), reference.quiet_cost_s(keep)
+        if mine is not None and theirs:
+            return mine / theirs
     return own.cost_s / reference.cost_s
 
 
@@ -608,6 +740,8 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
     steps: list[float] = []
     leads: list[tuple[int, float]] = []
     asked: list[int | None] = []
+    quiet: list[tuple[bool, ...]] = []
+    busy_leads: set[int] = set()
     problem = None if launches else "it was not launched"
     for launch in launches:
         if launch.skipped:
@@ -621,7 +755,11 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
         medians.append(statistics.median(seconds))
         per_launch.append(tuple(seconds))
         asked.append(launch.spec.clock_steps)
+        flags = quiet_steps(launch, warmup)
+        quiet.append(flags if flags is not None and len(flags) == len(seconds) else (True,) * len(seconds))
         steps.extend(seconds)
         if isinstance(launch.step_ends, tuple) and launch.spec.clock_steps is not None:
+            if not quiet_lead(launch, warmup):
+                busy_leads.add(len(leads))
             leads.append((launch.spec.clock_steps, launch.step_ends[max(warmup, 1) - 1]))
-    return Measurement(tuple(medians), len(launches), problem, tuple(steps), launch_steps_s=tuple(per_launch), launch_asked=tuple(asked), leads=tuple(leads))
+    return Measurement(tuple(medians), len(launches), problem, tuple(steps), launch_steps_s=tuple(per_launch), launch_asked=tuple(asked), launch_quiet=tuple(quiet) if not all(all(flags) for flags in quiet) else (), leads=tuple(leads), busy_leads=frozenset(busy_leads))

@@ -32,12 +32,12 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
-from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, charged, cost_ratio, describe_counts, judged_rounds, measure
+from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, busy_reason, charged, cost_ratio, describe_counts, judged_rounds, measure, shared_quiet
 
 NOT_TIMED = "this grading did not time it (speed is measured by the autograder, from the spec's runs)"
 
 
-def _sides(ctx: CheckContext, name: str) -> tuple[Measurement, Measurement, Disturbance] | None:
+def _sides(ctx: CheckContext, name: str) -> "tuple[Measurement, Measurement, Disturbance] | None":
     """The submission's side and the reference's of a timed run, over the rounds a verdict
     rests on (`judged_rounds`: the quiet ones, where other load disturbed some); by the
     grader's clock, the submission's charged with its time outside its steps beyond the
@@ -50,12 +50,21 @@ def _sides(ctx: CheckContext, name: str) -> tuple[Measurement, Measurement, Dist
     return charged(own, reference), reference, disturbance
 
 
-def busy_machine(disturbance: Disturbance, ratio: float) -> str:
+def busy_machine(reason: str, ratio: float) -> str:
     """Why a verdict that would fail on disturbed launches is deferred, and what would grade it."""
     return (
-        f"the machine was busy: {disturbance.describe()}, and a slower step is failed only on at least {QUIET_ROUNDS} rounds that nothing else disturbed "
-        f"({disturbance.quiet} in this grading); on the disturbed launches your steps read {ratio:.2f}× the reference's. A grading on a quiet machine (a regrade) decides it"
+        f"the machine was busy: {reason}. On those launches your steps read {ratio:.2f}× the reference's, and a slower step is failed only on "
+        "steps nothing else disturbed: a grading on a quiet machine (a regrade) decides it"
     )
+
+
+def _set_aside(own: Measurement, reference: Measurement, rounds: str) -> str:
+    """'; judged on the 41 of 60 steps of a count other load left alone' (by the hub's clock) or
+    '; 2 of 4 rounds set aside, disturbed by other load' (by the grader's clock)."""
+    keep = shared_quiet(own, reference)
+    if keep is not None and keep.enough:
+        return f"; judged on the steps other load left alone ({keep.coverage:.0%} of a step count's steps or more)"
+    return rounds
 
 
 def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurement, Measurement]]] | Verdict:
@@ -98,11 +107,12 @@ def efficiency(ctx: CheckContext) -> Verdict:
             return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
         ratio = cost_ratio(own, reference)
         ok = ratio <= limit
-        if not ok and disturbance.disturbed and disturbance.quiet < QUIET_ROUNDS:
-            return Verdict(False, "", deferred=f"{run.spec.name}: {busy_machine(disturbance, ratio)}", data={"speed": {run.spec.name: {"ratio": round(ratio, 4), "max_ratio": limit, "load": disturbance.as_data(), **_launch_loads(ctx.timings[run.spec.name])}}})
+        busy = busy_reason(own, reference, disturbance)
+        if not ok and busy:
+            return Verdict(False, "", deferred=f"{run.spec.name}: {busy_machine(busy, ratio)}", data={"speed": {run.spec.name: {"ratio": round(ratio, 4), "max_ratio": limit, "load": disturbance.as_data(), **_launch_loads(ctx.timings[run.spec.name])}}})
         passed &= ok
         adopted = _adopted_options(ctx, run.spec.name)
-        aside = f"; {disturbance.disturbed} of {disturbance.rounds} rounds set aside, disturbed by other load" if disturbance.disturbed and disturbance.quiet >= QUIET_ROUNDS else ""
+        aside = _set_aside(own, reference, f"; {disturbance.disturbed} of {disturbance.rounds} rounds set aside, disturbed by other load" if disturbance.disturbed and disturbance.quiet >= QUIET_ROUNDS and own.pair_steps is not None else "")
         lines.append(f"{run.spec.name} ({run.spec.describe()}): {ratio:.2f}× the reference's step time{'' if ok else f', above the {limit:g}× allowed'} — yours {own.describe_cost()}, the reference {reference.describe_cost(records=False)}{describe_counts(own, reference)}{adopted}{aside}")
         data[run.spec.name] = {"ratio": round(ratio, 4), "max_ratio": limit, "submission": own.as_data(), "reference": reference.as_data(), "load": disturbance.as_data(), **_launch_loads(ctx.timings[run.spec.name])}
     summary = "; ".join(lines) if passed else next(line for line in lines if "allowed" in line)
@@ -134,7 +144,8 @@ def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any
     own = charged(measured, reference)
     if not (own.timed and reference.timed):
         return False
-    busy = disturbance.disturbed > 0 and disturbance.quiet < QUIET_ROUNDS
+    keep = shared_quiet(own, reference)
+    busy = busy_reason(own, reference, disturbance) is not None or (keep is not None and keep.coverage < 1.0)
     return busy or cost_ratio(own, reference) > float(options["max_ratio"]) - DOUBT_MARGIN or reference.unsettled or measured.unsettled
 
 

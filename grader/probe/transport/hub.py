@@ -417,7 +417,7 @@ class Hub:
         now = self.now()
         ends = tuple(r.end or RankEnd(rank, now, "open") for rank, r in sorted(self._ranks.items()))
         groups = tuple(GroupRecord(g.name, g.ranks, tuple(g.joined)) for g in self._groups.values())
-        return TrafficReport(self.world, groups, tuple(self._carried), ends, self._omitted, self._kept)
+        return TrafficReport(self.world, groups, tuple(self._carried), ends, self._omitted, self._kept, self._start)
 
 
 class _Substitutes:

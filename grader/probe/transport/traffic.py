@@ -120,6 +120,7 @@ class TrafficReport:
     ends: tuple[RankEnd, ...]
     omitted: int  # operations past the report's bound, not listed
     kept_bytes: int  # of data kept, against the plan's keep_bytes
+    started: float = 0.0  # the hub's clock's zero (every time above is from it) by its clock, CLOCK_MONOTONIC: the grader's too (no time namespace), so the grader can place the report's times among its own (grader/speed/measure.py quiet_steps)
 
 
 def report_line(report: TrafficReport) -> str:
