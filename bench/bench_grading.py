@@ -75,7 +75,7 @@ sys.path.insert(0, str(ROOT))
 from grader.course import Practical, load_course, load_practical  # noqa: E402 - after the path is set
 from grader.grade.options import GradeOptions  # noqa: E402
 from grader.grade.plan import deferred_checks, plan_runs  # noqa: E402
-from grader.speed.schedule import reference_launched, timed_runs  # noqa: E402
+from grader.grade.timing import reference_launched, timed_runs  # noqa: E402
 from grader.spec.model import RunDef  # noqa: E402
 from bursts import bursty_load  # noqa: E402 - bench/bursts.py, beside this file
 

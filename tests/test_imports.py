@@ -86,3 +86,20 @@ def test_no_module_of_the_grader_takes_part_in_an_import_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_measurement_of_speed_imports_no_check_practical_or_grading_stage() -> None:
+    """grader/speed reads what a run produced: the launch policy is the grading pipeline's
+    (grader/grade/timing.py), the verdicts the checks' (grader/checks/speed.py), so neither
+    grade → speed → grade nor checks → speed → checks can knot again."""
+    graph = import_graph()
+    below: set[str] = set()
+    todo = [name for name in graph if name == "grader.speed" or name.startswith("grader.speed.")]
+    while todo:
+        name = todo.pop()
+        if name not in below:
+            below.add(name)
+            todo.extend(graph[name])
+    assert todo == [] and any(name.startswith("grader.speed.") for name in below)
+    above = sorted(name for name in below if name.split(".")[1] in ("checks", "practicals", "grade"))
+    assert above == [], f"grader.speed reaches {above}"

@@ -173,7 +173,7 @@ def test_a_timed_launch_must_do_the_work_the_hub_shows_it_and_times_it_by_its_cl
 
 
 def test_work_moved_before_the_first_timed_step_is_charged_where_it_grows_with_the_steps(tmp_path: Path) -> None:
-    """Two rounds: p6's timed run of 12 steps, then of 36 (grader/speed/schedule.py STRETCH).
+    """Two rounds: p6's timed run of 12 steps, then of 36 (grader/grade/timing.py STRETCH).
     Each step's work done ahead of the loop makes the first timed step begin later the more
     steps are asked: charged to every step, it fails efficiency; a second of set-up that does
     not grow with the steps (torch.compile's compilation) passes."""

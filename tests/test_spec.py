@@ -92,7 +92,7 @@ def test_a_bad_spec_says_where_what_was_expected_and_what_was_found(tmp_path: Pa
 def test_every_timed_run_gives_the_script_its_steps_and_the_clock_factor_is_checked(tmp_path: Path) -> None:
     """The grader times a run without its witness by launches of two step counts
     (grader/speed/measure.py): a timed run must say how many steps it takes."""
-    from grader.speed.verdicts import CHECKS as SPEED
+    from grader.checks.speed import CHECKS as SPEED
 
     available = {**CHECKS, **SPEED}
     timed = GOOD + "  - {id: speed, check: efficiency, title: Speed, points: 1, runs: [2x2]}\n"

@@ -10,11 +10,12 @@ from types import MappingProxyType, ModuleType
 import pytest
 
 from grader.speed import measure as timing
-from grader.speed import verdicts as speed
+from grader.checks import speed
 from grader.checks.base import CheckContext
 from grader.checks.dataparallel import gpu0_memory
 from grader.course import Practical
 from grader.grade.pipeline import GradeOptions, grade
+from grader.grade.timing import carried_work
 from grader.practicals.reference import DataParallelReference
 from grader.probe.recorder.events import DdpArgs, Optimizer
 from grader.probe.messages import DdpOptions
@@ -69,7 +70,7 @@ def test_warmup_steps_are_left_out_and_the_slowest_rank_counts_per_step() -> Non
 
 
 def test_a_side_is_its_median_launch_and_its_best_launch() -> None:
-    measured = timing.measure([launch("t", [s] * 4) for s in (0.03, 0.01, 0.02)])
+    measured = speed.measured([launch("t", [s] * 4) for s in (0.03, 0.01, 0.02)])
     assert measured.timed and measured.best_s == pytest.approx(0.01) and measured.typical_s == pytest.approx(0.02)
     assert measured.describe() == "20.00 ms per step (median of 3 launches; best 10.00 ms)"
     assert measured.steps_s == pytest.approx([0.03] * 4 + [0.01] * 4 + [0.02] * 4)
@@ -80,9 +81,9 @@ def test_a_crashed_launch_makes_the_side_untimed_not_fast() -> None:
     broken = launch("t", [0.001] * 4)
     crashed(broken.ranks[0], "RuntimeError", "boom")
     broken.ranks[0].status = "exit:1"
-    measured = timing.measure([launch("t", [0.01] * 4), broken])
+    measured = speed.measured([launch("t", [0.01] * 4), broken])
     assert not measured.timed and "RuntimeError" in (measured.problem or "")
-    assert not timing.measure([launch("t", [])]).timed  # one step: nothing marks its start
+    assert not speed.measured([launch("t", [])]).timed  # one step: nothing marks its start
 
 
 # ---------------------------------------------------------------- efficiency
@@ -120,7 +121,7 @@ def test_steps_disturbed_in_changing_shares_do_not_decide_efficiency_but_every_s
     was disturbed as often."""
     reference = disturbed("timed@reference", (0.2, 0.3, 0.4))
     often_disturbed = timing.TimedRuns(own=disturbed("timed", (0.7, 0.6, 0.8)), reference=reference)
-    assert timing.measure(often_disturbed.own).typical_s / timing.measure(reference).typical_s == pytest.approx(1.35)
+    assert speed.measured(often_disturbed.own).typical_s / speed.measured(reference).typical_s == pytest.approx(1.35)
     verdict = speed.efficiency(context(["timed"], {"timed": often_disturbed}, {"max_ratio": 1.2}))
     assert verdict.passed and "1.14× the reference's step time" in verdict.summary, verdict.summary
     assert "yours 12.53 ms per step (each of its 18 timed steps by its median over 3 launches; fastest tenth 10.00 ms)" in verdict.summary
@@ -349,7 +350,7 @@ def pair(seconds_per_step: float, start_s: float = 2.0, steps: tuple[int, int] =
 
 
 def test_the_graders_clock_times_the_steps_between_two_launches_and_start_up_cancels() -> None:
-    side = timing.measure([*pair(0.05, start_s=2.0), *pair(0.06, start_s=3.5), *pair(0.05, start_s=1.0)])
+    side = speed.measured([*pair(0.05, start_s=2.0), *pair(0.06, start_s=3.5), *pair(0.05, start_s=1.0)])
     assert side.timed and side.medians_s == pytest.approx((0.05, 0.06, 0.05)) and side.pair_steps == (10, 90)
     assert side.describe() == "50.00 ms per step by the grader's clock (median of 3 pairs of launches of 10 and 90 steps; best 50.00 ms)"
     assert side.as_data()["clock"] == "grader" and side.as_data()["records_median_step_s"] == pytest.approx(0.05)
@@ -358,30 +359,30 @@ def test_the_graders_clock_times_the_steps_between_two_launches_and_start_up_can
 def test_a_replaced_clock_inside_the_process_changes_nothing_and_is_named() -> None:
     """The records say 10 ms a step (time.monotonic replaced inside the process); the grader's
     clock saw 50 ms: the verdict rests on the 50, the feedback names the 10."""
-    side = timing.measure([*pair(0.05, recorded=0.01), *pair(0.05, recorded=0.01)])
+    side = speed.measured([*pair(0.05, recorded=0.01), *pair(0.05, recorded=0.01)])
     assert side.undisturbed_s == pytest.approx(0.05)
     assert side.describe_cost().endswith("(median of 2 pairs of launches of 10 and 90 steps; best 50.00 ms; your script's own records say 10.00 ms per step)")
     assert "records say" not in side.describe_cost(records=False)  # the reference's side
-    assert "records say" not in timing.measure(pair(0.05, recorded=0.04)).describe()  # within the slack: nothing to say
+    assert "records say" not in speed.measured(pair(0.05, recorded=0.04)).describe()  # within the slack: nothing to say
 
 
 def test_steps_not_taken_are_not_timed_whether_the_records_show_them_or_not() -> None:
     """A script that ignores --steps: its records show it (not timed, and why), or they are
     forged to hide it, and then its long launches take no longer than its short ones. A pair
     disturbed by start-up's noise is left out; spans too short to time are named."""
-    shown = timing.measure(pair(0.05, taken=(10, 10)))
+    shown = speed.measured(pair(0.05, taken=(10, 10)))
     assert not shown.timed and shown.problem == "your script's records show 10 optimizer steps in the launch asked for 90: the grader times launches of two step counts by its own clock, so a script must take the steps it is given"
     short, long = pair(0.05, taken=(10, 10))
     forged = replace(long, ranks=pair(0.05)[1].ranks)  # records of 90 steps, the time of 10
-    hidden = timing.measure([short, forged, short, forged])
+    hidden = speed.measured([short, forged, short, forged])
     assert not hidden.timed and hidden.problem == (
         "by the grader's clock, the launches of 90 steps took 0.00 s longer than those of 10 (the median of 2 pairs of launches): "
         "too little to time steps by (at least 1 s); the script took fewer steps than asked, or the spec asks for too few on this machine"
     )
-    disturbed = timing.measure([*pair(0.05), *pair(0.05, start_s=9.0)[:1], pair(0.05)[1], *pair(0.05)])  # the second pair's short launch waited 7 s
+    disturbed = speed.measured([*pair(0.05), *pair(0.05, start_s=9.0)[:1], pair(0.05)[1], *pair(0.05)])  # the second pair's short launch waited 7 s
     assert disturbed.timed and disturbed.medians_s == pytest.approx((0.05, 0.05))
     crashed_long = replace(long, ranks=[replace(long.ranks[0], status="exit:1")])
-    assert not timing.measure([short, crashed_long]).timed
+    assert not speed.measured([short, crashed_long]).timed
 
 
 def test_a_short_launch_padded_to_hide_slow_steps_is_charged_what_it_spends_outside_its_steps() -> None:
@@ -682,17 +683,17 @@ def test_a_carried_launch_is_timed_by_the_hubs_clock_and_only_when_it_does_the_w
     shows other training than the grader's own on its inputs cannot be timed."""
     reference = DataParallelReference(FakeWorkload(2, steps=8))
     job = JobSpec(name="timed", submission=Path("/nowhere"), script="s.py", argv=("--steps=8",), layout=Layout(1, 2), timeout_s=60, carrier=CarrierPlan(60.0, 1 << 20))
-    timed = timing.carried_work(carried(job), reference)
+    timed = carried_work(carried(job), reference)
     assert timed.step_ends == pytest.approx([0.11 + 0.1 * step for step in range(8)])
     assert timing.step_seconds(timed, warmup=2) == pytest.approx([0.1] * 6)
-    lazy = timing.carried_work(replace(carried(job), traffic=ddp_traffic(FakeWorkload(2, steps=8), lambda rank, step: [rank])), reference)  # a row each, not a shard
+    lazy = carried_work(replace(carried(job), traffic=ddp_traffic(FakeWorkload(2, steps=8), lambda rank, step: [rank])), reference)  # a row each, not a shard
     assert lazy.step_ends.startswith("what your ranks' all-reduces carried in this launch is not the grader's own training on its inputs: step 0:")
-    assert timing.measure([lazy]).problem.startswith("the grader's hub could not time it: what your ranks' all-reduces carried")
+    assert speed.measured([lazy]).problem.startswith("the grader's hub could not time it: what your ranks' all-reduces carried")
     # the reference solution's launches (the grader's own code) keep no data: steps by their all-reduces' sizes
     own = replace(job, private=True, carrier=CarrierPlan(60.0, 0))
-    assert timing.carried_work(carried(own), reference).step_ends == pytest.approx(timed.step_ends)
+    assert carried_work(carried(own), reference).step_ends == pytest.approx(timed.step_ends)
     short = replace(carried(own), traffic=ddp_traffic(FakeWorkload(2, steps=5), contiguous(2)))
-    assert timing.carried_work(short, reference).step_ends == "step 5: your ranks made no more all-reduces of the size of a step's gradients (5 of 8 steps found)"
+    assert carried_work(short, reference).step_ends == "step 5: your ranks made no more all-reduces of the size of a step's gradients (5 of 8 steps found)"
 
 
 def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is_timed(timed_practical) -> None:
@@ -709,7 +710,7 @@ def test_without_the_reference_solution_speed_checks_are_deferred_and_nothing_is
 
 def test_only_checks_that_compare_with_the_reference_launch_it(tmp_path: Path) -> None:
     from grader.checks.distributed import CHECKS as DISTRIBUTED
-    from grader.speed.schedule import reference_launched
+    from grader.grade.timing import reference_launched
 
     module = ModuleType("p6_pairs")
     module.CHECKS = MappingProxyType({"clean_exit": DISTRIBUTED["clean_exit"], **speed.CHECKS})

@@ -13,7 +13,8 @@ from types import MappingProxyType
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
-from grader.speed.measure import charged, measure
+from grader.checks.speed import measured
+from grader.speed.measure import charged
 from grader.probe.recorder.events import Forward, ForwardOutput, Memory, Model
 from grader.run.job import JobResult, RankResult
 
@@ -180,7 +181,7 @@ def gpu_step_times(ctx: CheckContext) -> Verdict:
         timed = ctx.timings.get(run.spec.name)
         if timed is None:
             return Verdict(False, "", deferred="this grading did not time it (the autograder does, on a node of two GPUs or more)")
-        side = charged(measure(timed.own, ctx.warmup_steps), measure(timed.reference, ctx.warmup_steps))
+        side = charged(measured(timed.own, ctx.warmup_steps), measured(timed.reference, ctx.warmup_steps))
         if not side.timed:
             return Verdict(False, f"{run.spec.name}: your script could not be timed: {side.problem}")
         times[run.spec.name] = side

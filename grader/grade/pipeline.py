@@ -43,8 +43,8 @@ from grader.results.model import CheckResult, GradingReport, RunSummary, Status
 from grader.run.job import JobResult, JobRunner
 from grader.run.tree import remove_tree
 from grader.spec import CheckSpec, RunDef, load_answer_key
-from grader.speed.measure import TimedRuns, adopted_options
-from grader.speed.schedule import HubTiming, Schedule, TimedLaunches, clocked_steps, doubts, reference_launched, run_timed, stretched_steps, timed_runs
+from grader.speed.measure import TimedRuns
+from grader.grade.timing import HubTiming, Schedule, TimedLaunches, adopted_options, clocked_steps, doubts, reference_launched, run_timed, stretched_steps, timed_runs
 
 
 def environment(seed: int | None) -> dict:
@@ -136,7 +136,7 @@ class _Launcher:
 def _run_all(runs: tuple[RunDef, ...], launch: _Launcher, adopt: Callable[[Iterable[JobResult]], DdpOptions | None]) -> tuple[dict[str, JobResult], dict[str, TimedRuns]]:
     """Every planned launch in order: each checked run once, with its share of the time left
     (that time over the checked runs still to come, and the timed runs as one more); then the
-    timed runs' launches (grader/speed/schedule.py), the reference's building their DDP with
+    timed runs' launches (grader/grade/timing.py), the reference's building their DDP with
     the submission's costly options as `adopt` finds them in the checked runs."""
     timed = launch.timed.schedule.timed
     checked = [run for run in runs if run not in timed]

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 from grader.checks import distributed, hybrid
 from grader.practicals.reference import DataParallelReference, data_parallel_references, template_two_stage
 from grader.spec.model import RunDef
-from grader.speed import verdicts as speed
+from grader.checks import speed
 
 CHECKS = MappingProxyType({**hybrid.CHECKS, **{k: distributed.CHECKS[k] for k in ("grad_sync", "params_sync", "clean_exit")}, "efficiency": speed.CHECKS["efficiency"]})
 

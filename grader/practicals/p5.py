@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 
 from grader.checks import answers, dataparallel
 from grader.spec.model import RunDef
-from grader.speed import verdicts as speed
+from grader.checks import speed
 
 CHECKS = MappingProxyType({**dataparallel.CHECKS, **answers.CHECKS, "scaling": speed.CHECKS["scaling"]})
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 from grader.checks import distributed
 from grader.practicals.reference import DataParallelReference, data_parallel_references, template_mlp
 from grader.spec.model import RunDef
-from grader.speed import verdicts as speed
+from grader.checks import speed
 
 __all__ = ["CHECKS", "references"]
 

@@ -115,7 +115,7 @@ class JobResult:
     caps_hit: tuple[str, ...] = ()  # the job's caps the kernel saw it reach (memory, processes, disk), as messages
     notes: tuple[str, ...] = ()  # what the copy of the submission left out (hard links, FIFOs)
     traffic: TrafficReport | str | None = None  # what the hub carried, or why no report came (None: the job had no hub)
-    step_ends: tuple[float, ...] | str | None = None  # a timed launch's steps by the hub's clock, or why it cannot be timed (grader/speed/measure.py carried_work)
+    step_ends: tuple[float, ...] | str | None = None  # a timed launch's steps by the hub's clock, or why it cannot be timed (grader/grade/timing.py carried_work)
     load: LaunchLoad | None = None  # what the kernel counted of the machine's load while it ran (grader/run/load.py); None: not measured
     reference_s: float | None = None  # the reference solution's time for the same run here, where the run was stopped at a pace set from it (grader/grade/options.py pace_limit_s)
 

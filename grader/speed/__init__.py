@@ -1,7 +1,7 @@
 """Speed: what a user of the program pays, measured by the grader.
 
-- `schedule`: which runs are timed, and their launches, round by round, interleaved with the
-  reference solution's (grader/grade/pipeline.py makes them);
-- `measure`: the timing protocol over those launches, by clocks the submission cannot touch;
-- `verdicts`: the speed checks (`efficiency`, `scaling`, `faster_than`) over the measurements.
+`measure`: the timing protocol over a timed run's launches, by clocks the submission cannot
+touch, with what the kernel counted of other load. It reads what a run produced and imports
+neither the checks, the practicals nor the grading pipeline: the launch policy (which runs,
+rounds, pace, budget) is grader/grade/timing.py, the verdicts grader/checks/speed.py.
 """

@@ -38,7 +38,7 @@
   ratio's log was 0.113 and 0.137 with launch medians, 0.070 and 0.107 with first deciles;
   bench/RESULTS.md.)
 - A submission that would fail gets more rounds of launches before the verdict
-  (grader/speed/schedule.py), so a burst of load cannot fail it. (Measured: the submission's
+  (grader/grade/timing.py), so a burst of load cannot fail it. (Measured: the submission's
   best launch against the reference's median, the protocol before the witness, let a planted
   1.5× slowdown behind a forged clock pass 6 times in 20; bench/RESULTS.md.)
 """
@@ -47,18 +47,13 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from grader.checks import failures
-from grader.checks.distributed import claims_of
-from grader.probe.recorder.events import DdpArgs, Optimizer
 from grader.probe.messages import DdpOptions
-from grader.practicals.reference import DataParallelReference
+from grader.probe.recorder.events import Optimizer
 from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult, RankResult
 from grader.run.load import DISTURBED_SHARE, SPAN_SHARE, LaunchLoad
-from grader.traffic.report import is_reduction
-from grader.traffic.training import TrainingSeen, sized_step_ends, step_ends
 
 
 def rank_step_seconds(rank: RankResult, warmup: int = 1) -> list[float]:
@@ -74,100 +69,6 @@ def carried_problem(run: JobResult) -> str | None:
     if run.spec.carrier is None or isinstance(run.step_ends, tuple):
         return None
     return f"the grader's hub could not time it: {run.step_ends or 'its traffic was not read'}"
-
-
-def confirmed_options(run: JobResult) -> DdpOptions:
-    """The costly DDP options rank 0's records say its DDP took: find_unused_parameters as far
-    as the traffic shows it (an all-reduce of the map of the parameters used, in whole numbers,
-    every step); bucket_cap_mb as claimed. How many buckets a cap makes depends on the model:
-    the checked runs' small model fits one bucket whatever the cap, so a cap is taken on as
-    claimed and judged by its effect on the timed launches (`unpaid_buckets`)."""
-    claimed = next((event for event in run.ranks[0].of_kind(DdpArgs)), None) if run.ranks else None
-    if claimed is None or not isinstance(run.traffic, TrafficReport):
-        return DdpOptions()
-    used_map = any(c.kind == "all_reduce" and not c.error and c.members and all(m.dtype.startswith("int") for m in c.members[0].inputs) for c in run.traffic.carried)
-    return DdpOptions(find_unused_parameters=claimed.find_unused_parameters and used_map, bucket_cap_mb=claimed.bucket_cap_mb)
-
-
-def adopted_options(results: Iterable[JobResult], references: Mapping[str, Any]) -> DdpOptions | None:
-    """The submission's costly DDP options (DdpOptions.costly_part) as the first checked run
-    whose traffic shows its training confirms them (`confirmed_options`); None: DDP's defaults,
-    or no run shows them. The reference's timed launches build their DDP with them, so that an
-    option DDP offers is not the student's slowness; a find_unused_parameters the traffic does
-    not show is not taken on, a bucket_cap_mb the submission's timed launches do not pay for
-    fails them (`unpaid_buckets`). A run whose reference is no data-parallel training (p7's
-    pipeline) has no DDP options to show."""
-    for run in results:
-        reference = references.get(run.spec.name)
-        if not isinstance(reference, DataParallelReference) or not isinstance(run.traffic, TrafficReport) or not run.ranks:
-            continue
-        seen = reference.seen(run, lambda run=run, reference=reference: claims_of(run, reference.workload))
-        if isinstance(seen, TrainingSeen) and seen.steps and not seen.problem:
-            options = confirmed_options(run)
-            return None if options == DdpOptions() else options
-    return None
-
-
-def reductions_per_step(launches: Sequence[JobResult]) -> float | None:
-    """How many all-reduces of floating-point values a step adds in `launches` (one side of a
-    timed run): the difference between its launches of two step counts (the fewest each count
-    made) over the steps between them, so that the first steps cancel (DDP with static_graph
-    reduces every gradient at once in its first two steps, then bucket by bucket); None
-    without launches of two counts."""
-    made: dict[int, int] = {}
-    for launch in launches:
-        if isinstance(launch.traffic, TrafficReport) and launch.spec.clock_steps:
-            count = sum(1 for carried in launch.traffic.carried if is_reduction(carried))  # counted, not decoded: asked again after every extra round
-            made[launch.spec.clock_steps] = min(count, made.get(launch.spec.clock_steps, count))
-    if len(made) < 2:
-        return None
-    short, long = min(made), max(made)
-    return (made[long] - made[short]) / (long - short)
-
-
-def unpaid_buckets(own: tuple[JobResult, ...], references: Sequence[JobResult], adopted: DdpOptions | None) -> tuple[JobResult, ...]:
-    """The submission's launches of a timed run, or why they cannot be timed: the reference's
-    launches, built with the bucket_cap_mb the submission's records claim (`adopted`), made
-    more all-reduces a step than they did (`reductions_per_step`). A cap claimed and not used
-    would have the reference pay for buckets the submission never made; a loss all-reduced
-    for the log makes more, not fewer."""
-    if adopted is None or adopted.bucket_cap_mb is None:
-        return own
-    mine, theirs = reductions_per_step([launch for launch in own if isinstance(launch.step_ends, tuple)]), reductions_per_step(references)
-    if mine is None or theirs is None or mine >= theirs:
-        return own
-    why = f"your records say your DDP was built with bucket_cap_mb={adopted.bucket_cap_mb:g}, but your ranks made {mine:g} all-reduces of floating-point values a step, the reference's launches built so {theirs:g}: the reference cannot be timed with options your launches did not use"
-    return tuple(replace(launch, step_ends=why) if isinstance(launch.step_ends, tuple) else launch for launch in own)
-
-
-def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None = None) -> JobResult:
-    """`launch` with the end of each of its steps by the hub's clock (`step_ends`), or why its
-    traffic cannot be timed: the steps whose data the hub kept must be the grader's own training
-    on the launch's inputs (grader/traffic/training.py), and the steps after them the same
-    all-reduces again; a launch of the submission whose DDP shows other costly options than
-    `adopted` (those the reference's launches took on, from the checked runs) is not timed
-    either. The timed inputs differ from the checked runs', and a script could do less when it
-    sees them. (Beyond the data the hub keeps, a step is timed by its all-reduces' sizes alone;
-    so is every step of the reference solution's launches, the grader's own code, of which the
-    hub keeps nothing: grader/grade/plan.py carrier_plan.) A launch whose reference is no
-    data-parallel training (p7's pipeline) is left as it is: its check reads its traffic."""
-    if launch.spec.carrier is None or launch.traffic is None or not isinstance(reference, DataParallelReference):
-        return launch
-    if not isinstance(launch.traffic, TrafficReport):
-        return replace(launch, step_ends=f"no report: {launch.traffic}")
-    if launch.spec.private:
-        return replace(launch, step_ends=sized_step_ends(launch.traffic, reference.workload, launch.spec.clock_steps))
-    seen = reference.seen(launch, lambda: claims_of(launch, reference.workload))
-    if isinstance(seen, str):
-        return replace(launch, step_ends=seen)
-    if seen.problem:
-        return replace(launch, step_ends=f"what your ranks' all-reduces carried in this launch is not the grader's own training on its inputs: {seen.problem}")
-    if launch.spec.ddp_options is None:  # the submission's launch (the reference's take `adopted` on)
-        used = confirmed_options(launch)
-        if used != (adopted or DdpOptions()):
-            shown = [options.describe() or "DDP's defaults" for options in (used, adopted or DdpOptions())]
-            return replace(launch, step_ends=f"your timed launch built its DDP with {shown[0]}, your checked runs with {shown[1]}: the reference is timed with the options of your checked runs")
-    return replace(launch, step_ends=step_ends(launch.traffic, seen, launch.spec.clock_steps or reference.workload.steps))
 
 
 def step_seconds(run: JobResult, warmup: int = 1) -> list[float]:
@@ -410,7 +311,7 @@ QUIET_ROUNDS = 2  # rounds of launches no other load disturbed that a speed verd
 
 def _round_size(launches: Sequence[JobResult]) -> int:
     """Launches a side makes in one round: a pair where the grader's clock times them, else one
-    (grader/speed/schedule.py round_order)."""
+    (grader/grade/timing.py round_order)."""
     return 2 if launches and launches[0].spec.carrier is None and launches[0].spec.clock_steps is not None else 1
 
 
@@ -464,7 +365,7 @@ def judged_rounds(timed: TimedRuns) -> tuple[TimedRuns, Disturbance]:
     at least QUIET_ROUNDS rounds were not, the quiet rounds alone; else every round (a verdict
     on disturbed rounds never fails: `efficiency` defers it). Timed by the hub's clock: every
     round, whose steps other load left alone are told apart step by step (`shared_quiet`). Rounds are read by position: the k-th round's launches are the k-th of each
-    side (grader/speed/schedule.py run_timed)."""
+    side (grader/grade/timing.py run_timed)."""
     own_size, reference_size = _round_size(timed.own), _round_size(timed.reference)
     rounds = max(-(-len(timed.own) // own_size), -(-len(timed.reference) // reference_size) if timed.reference else 0)
     launches = [(timed.own[k * own_size : (k + 1) * own_size], timed.reference[k * reference_size : (k + 1) * reference_size]) for k in range(rounds)]
@@ -569,7 +470,10 @@ def _steps_not_taken(launch: JobResult) -> str | None:
 MIN_SPAN_S = 1.0  # the least a side's long launches may take beyond its short ones (median over pairs); measured: two launches of p6's timed run (2 ranks) on this 2-core machine differ by up to 0.25 s in start-up and end
 
 
-def _clocked(launches: Sequence[JobResult], warmup: int) -> Measurement:
+Explain = Callable[[JobResult], "str | None"]  # why a launch failed, in the student's words (grader/checks/failures.py explain), or None
+
+
+def _clocked(launches: Sequence[JobResult], warmup: int, explain: Explain) -> Measurement:
     """The protocol over one side's pairs of launches timed by the grader's clock: per pair,
     the difference of the two launches' wall times (the span) over the difference of their
     steps. A pair whose long launch took no longer than its short one was disturbed and is
@@ -587,7 +491,7 @@ def _clocked(launches: Sequence[JobResult], warmup: int) -> Measurement:
         if short.skipped or long.skipped:
             problem = problem or f"a launch was not run: {short.skipped or long.skipped}"
             continue
-        outcome = failures.explain(short) or failures.explain(long) or _steps_not_taken(short) or _steps_not_taken(long)
+        outcome = explain(short) or explain(long) or _steps_not_taken(short) or _steps_not_taken(long)
         if outcome:
             problem = problem or outcome
             continue
@@ -621,14 +525,14 @@ def charged(own: Measurement, reference: Measurement) -> Measurement:
     steps, the padding costs them at least what it hid.
 
     By the hub's clock (launches asked for the run's steps and STRETCH times them:
-    grader/speed/schedule.py): the work it does before its first timed step that grows with
+    grader/grade/timing.py): the work it does before its first timed step that grows with
     the steps asked (`Measurement.lead_slope_s`, the least time per count: load only delays),
     beyond LEAD_SLACK of a reference step, is charged to every step. Neither the reference's
     growth nor the spread of its launches is subtracted: its programs do no step's work
     before their loop, so both are start-up's noise, and subtracted, one reference launch
     slowed by load let three forward passes a step moved ahead of p6's loop pass (twice in
     CI). Noise in the submission's launches that would fail it makes more rounds (each count's
-    least time then over more launches: grader/speed/schedule.py). A
+    least time then over more launches: grader/grade/timing.py). A
     script that does each step's work ahead of the loop (precompute, then replay) pays it per
     step; a cost that does not grow with the steps (imports, `torch.compile`'s compilation)
     is what a long training pays once, and is not charged.
@@ -729,12 +633,13 @@ def describe_counts(own: Measurement, reference: Measurement) -> str:
     return f"; {', '.join(shown)}: the dearer count decides"
 
 
-def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
-    """The protocol over the launches of one side. A launch that failed, or that timed no step,
-    makes the whole side untimed: a crash must not pass as a fast run. Launches the grader
-    paired to time by its own clock (`JobSpec.clock_steps`) are measured so."""
+def measure(launches: Sequence[JobResult], warmup: int, explain: Explain) -> Measurement:
+    """The protocol over the launches of one side. A launch that failed (`explain` says why:
+    the checks' reading of a failed run, passed in so that the measurement imports no check),
+    or that timed no step, makes the whole side untimed: a crash must not pass as a fast run.
+    Launches the grader paired to time by its own clock (`JobSpec.clock_steps`) are measured so."""
     if launches and launches[0].spec.carrier is None and launches[0].spec.clock_steps is not None:
-        return _clocked(launches, warmup)
+        return _clocked(launches, warmup, explain)
     medians: list[float] = []
     per_launch: list[tuple[float, ...]] = []
     steps: list[float] = []
@@ -747,7 +652,7 @@ def measure(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
         if launch.skipped:
             problem = problem or f"a launch was not run: {launch.skipped}"
             continue
-        outcome = failures.explain(launch) or carried_problem(launch)
+        outcome = explain(launch) or carried_problem(launch)
         seconds = step_seconds(launch, warmup) if launch.ranks else []
         if outcome or not seconds:
             problem = problem or outcome or f"no optimizer step after the first {max(warmup, 1)} could be timed"

@@ -8,7 +8,7 @@ interleaved with the submission's), so a busy node slows both sides alike:
 - `efficiency`: what a step of the submission costs (each timed step by its median over the
   launches, averaged: `cost_ratio`) is at most `max_ratio` × the reference's, per run (gradable
   anywhere, the CPU included); the reference's DDP takes the submission's options
-  (grader/grade/pipeline.py, grader/speed/schedule.py);
+  (grader/grade/pipeline.py, grader/grade/timing.py);
 - `scaling`: the speedup of the parallel run over the single-device run is at least `fraction`
   of the reference's speedup — the one calibrated on this machine's GPU model and count
   (calibration/<practical>.yaml) when there is one, else the one measured in this grading;
@@ -17,7 +17,7 @@ interleaved with the submission's), so a busy node slows both sides alike:
 
 A submission that would fail `efficiency` after the spec's k rounds of launches, or pass it
 by less than DOUBT_MARGIN, or pass it on launches that load visibly disturbed, gets up to k
-more rounds before the verdict (grader/speed/schedule.py): failing takes twice the evidence,
+more rounds before the verdict (grader/grade/timing.py): failing takes twice the evidence,
 while a slow submission stays slow in every round, and a verdict near the limit, or on
 disturbed launches, rests on more of them. Rounds in which the kernel saw other load take
 more than a tenth of the machine (grader/run/load.py) are set aside where 2 quiet rounds
@@ -29,10 +29,18 @@ when it is the reference's (not the student's doing).
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.run.job import JobResult
 from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, busy_reason, charged, cost_ratio, describe_counts, judged_rounds, measure, shared_quiet
+
+def measured(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
+    """grader/speed/measure.py's protocol over one side's launches, a failed launch read as the
+    checks read it (grader/checks/failures.py)."""
+    return measure(launches, warmup, failures.explain)
+
 
 NOT_TIMED = "this grading did not time it (speed is measured by the autograder, from the spec's runs)"
 
@@ -46,7 +54,7 @@ def _sides(ctx: CheckContext, name: str) -> "tuple[Measurement, Measurement, Dis
     if timed is None:
         return None
     judged, disturbance = judged_rounds(timed)
-    own, reference = measure(judged.own, ctx.warmup_steps), measure(judged.reference, ctx.warmup_steps)
+    own, reference = measured(judged.own, ctx.warmup_steps), measured(judged.reference, ctx.warmup_steps)
     return charged(own, reference), reference, disturbance
 
 
@@ -72,10 +80,10 @@ def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurem
     if len(ctx.runs) != 2:
         return Verdict(False, "", deferred=f"the spec must give this check two runs ({roles}), found {len(ctx.runs)}")
     names = [run.spec.name for run in ctx.runs]
-    measured = [_sides(ctx, name) for name in names]
-    if any(m is None for m in measured):
+    sides = [_sides(ctx, name) for name in names]
+    if any(side is None for side in sides):
         return Verdict(False, "", deferred=NOT_TIMED)
-    return names, [m[:2] for m in measured if m is not None]
+    return names, [side[:2] for side in sides if side is not None]
 
 
 def _adopted_options(ctx: CheckContext, name: str) -> str:
@@ -139,14 +147,14 @@ def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any
     at 0.94× in CI.) Rounds that other load disturbed, where fewer than QUIET_ROUNDS quiet
     ones remain, are a matter of doubt too: more rounds may be quiet."""
     judged, disturbance = judged_rounds(timed)
-    measured = measure(judged.own, warmup)
-    reference = measure(judged.reference, warmup)
-    own = charged(measured, reference)
+    mine = measured(judged.own, warmup)
+    reference = measured(judged.reference, warmup)
+    own = charged(mine, reference)
     if not (own.timed and reference.timed):
         return False
     keep = shared_quiet(own, reference)
     busy = busy_reason(own, reference, disturbance) is not None or (keep is not None and keep.coverage < 1.0)
-    return busy or cost_ratio(own, reference) > float(options["max_ratio"]) - DOUBT_MARGIN or reference.unsettled or measured.unsettled
+    return busy or cost_ratio(own, reference) > float(options["max_ratio"]) - DOUBT_MARGIN or reference.unsettled or mine.unsettled
 
 
 def _calibrated_speedup(ctx: CheckContext, baseline: str, parallel: str) -> float | None:

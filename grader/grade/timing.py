@@ -1,5 +1,8 @@
-"""The schedule of timed launches: which runs a speed check times, in which order their
-launches go, how many rounds, and what the grader's hub saw of them.
+"""The launch policy of timed runs: which runs a speed check times, in which order their
+launches go, how many rounds, and what the grader's hub saw of them against the grader's own
+training (`carried_work`, `HubTiming`; the reference solution's DDP options, `adopted_options`).
+The measurement over the launches is grader/speed/measure.py, the verdicts
+grader/checks/speed.py.
 
 A timed run is launched in rounds (the spec's `timing.repeats`): in each, the reference
 solution's launch of the run (when a speed check compares with it) and then the submission's,
@@ -16,18 +19,24 @@ grader/grade/options.py `reference_reserve_s`)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from grader.checks import failures
+from grader.checks.distributed import claims_of
 from grader.course import Practical
 from grader.grade.options import reference_reserve_s
 from grader.grade.plan import carried, merged_args, runs_of
+from grader.practicals.reference import DataParallelReference
 from grader.probe.messages import DdpOptions
+from grader.probe.recorder.events import DdpArgs
+from grader.probe.transport.traffic import TrafficReport
 from grader.run.job import JobResult
 from grader.spec import Assignment, CheckSpec, RunDef
-from grader.speed.measure import TimedRuns, carried_work, unpaid_buckets
+from grader.traffic.report import is_reduction
+from grader.speed.measure import TimedRuns
+from grader.traffic.training import TrainingSeen, sized_step_ends, step_ends
 
 Launch = Callable[[RunDef, str, int, "int | None"], JobResult]  # (run, "own" or "reference", repeat, steps asked or None) -> the launch, made or skipped
 
@@ -202,3 +211,98 @@ def room_for(name: str, own: dict[str, list[JobResult]], reference: dict[str, li
     round so far): an extra round never ends in a launch skipped for want of time."""
     round_s = sum(max((launch.wall_s for launch in side[name]), default=0.0) for side in (own, reference))
     return time.monotonic() + margin * round_s < deadline
+
+
+# ---------------------------------------------------------------- the launches against the grader's own training
+def confirmed_options(run: JobResult) -> DdpOptions:
+    """The costly DDP options rank 0's records say its DDP took: find_unused_parameters as far
+    as the traffic shows it (an all-reduce of the map of the parameters used, in whole numbers,
+    every step); bucket_cap_mb as claimed. How many buckets a cap makes depends on the model:
+    the checked runs' small model fits one bucket whatever the cap, so a cap is taken on as
+    claimed and judged by its effect on the timed launches (`unpaid_buckets`)."""
+    claimed = next((event for event in run.ranks[0].of_kind(DdpArgs)), None) if run.ranks else None
+    if claimed is None or not isinstance(run.traffic, TrafficReport):
+        return DdpOptions()
+    used_map = any(c.kind == "all_reduce" and not c.error and c.members and all(m.dtype.startswith("int") for m in c.members[0].inputs) for c in run.traffic.carried)
+    return DdpOptions(find_unused_parameters=claimed.find_unused_parameters and used_map, bucket_cap_mb=claimed.bucket_cap_mb)
+
+
+def adopted_options(results: Iterable[JobResult], references: Mapping[str, Any]) -> DdpOptions | None:
+    """The submission's costly DDP options (DdpOptions.costly_part) as the first checked run
+    whose traffic shows its training confirms them (`confirmed_options`); None: DDP's defaults,
+    or no run shows them. The reference's timed launches build their DDP with them, so that an
+    option DDP offers is not the student's slowness; a find_unused_parameters the traffic does
+    not show is not taken on, a bucket_cap_mb the submission's timed launches do not pay for
+    fails them (`unpaid_buckets`). A run whose reference is no data-parallel training (p7's
+    pipeline) has no DDP options to show."""
+    for run in results:
+        reference = references.get(run.spec.name)
+        if not isinstance(reference, DataParallelReference) or not isinstance(run.traffic, TrafficReport) or not run.ranks:
+            continue
+        seen = reference.seen(run, lambda run=run, reference=reference: claims_of(run, reference.workload))
+        if isinstance(seen, TrainingSeen) and seen.steps and not seen.problem:
+            options = confirmed_options(run)
+            return None if options == DdpOptions() else options
+    return None
+
+
+def reductions_per_step(launches: Sequence[JobResult]) -> float | None:
+    """How many all-reduces of floating-point values a step adds in `launches` (one side of a
+    timed run): the difference between its launches of two step counts (the fewest each count
+    made) over the steps between them, so that the first steps cancel (DDP with static_graph
+    reduces every gradient at once in its first two steps, then bucket by bucket); None
+    without launches of two counts."""
+    made: dict[int, int] = {}
+    for launch in launches:
+        if isinstance(launch.traffic, TrafficReport) and launch.spec.clock_steps:
+            count = sum(1 for carried in launch.traffic.carried if is_reduction(carried))  # counted, not decoded: asked again after every extra round
+            made[launch.spec.clock_steps] = min(count, made.get(launch.spec.clock_steps, count))
+    if len(made) < 2:
+        return None
+    short, long = min(made), max(made)
+    return (made[long] - made[short]) / (long - short)
+
+
+def unpaid_buckets(own: tuple[JobResult, ...], references: Sequence[JobResult], adopted: DdpOptions | None) -> tuple[JobResult, ...]:
+    """The submission's launches of a timed run, or why they cannot be timed: the reference's
+    launches, built with the bucket_cap_mb the submission's records claim (`adopted`), made
+    more all-reduces a step than they did (`reductions_per_step`). A cap claimed and not used
+    would have the reference pay for buckets the submission never made; a loss all-reduced
+    for the log makes more, not fewer."""
+    if adopted is None or adopted.bucket_cap_mb is None:
+        return own
+    mine, theirs = reductions_per_step([launch for launch in own if isinstance(launch.step_ends, tuple)]), reductions_per_step(references)
+    if mine is None or theirs is None or mine >= theirs:
+        return own
+    why = f"your records say your DDP was built with bucket_cap_mb={adopted.bucket_cap_mb:g}, but your ranks made {mine:g} all-reduces of floating-point values a step, the reference's launches built so {theirs:g}: the reference cannot be timed with options your launches did not use"
+    return tuple(replace(launch, step_ends=why) if isinstance(launch.step_ends, tuple) else launch for launch in own)
+
+
+def carried_work(launch: JobResult, reference: Any, adopted: DdpOptions | None = None) -> JobResult:
+    """`launch` with the end of each of its steps by the hub's clock (`step_ends`), or why its
+    traffic cannot be timed: the steps whose data the hub kept must be the grader's own training
+    on the launch's inputs (grader/traffic/training.py), and the steps after them the same
+    all-reduces again; a launch of the submission whose DDP shows other costly options than
+    `adopted` (those the reference's launches took on, from the checked runs) is not timed
+    either. The timed inputs differ from the checked runs', and a script could do less when it
+    sees them. (Beyond the data the hub keeps, a step is timed by its all-reduces' sizes alone;
+    so is every step of the reference solution's launches, the grader's own code, of which the
+    hub keeps nothing: grader/grade/plan.py carrier_plan.) A launch whose reference is no
+    data-parallel training (p7's pipeline) is left as it is: its check reads its traffic."""
+    if launch.spec.carrier is None or launch.traffic is None or not isinstance(reference, DataParallelReference):
+        return launch
+    if not isinstance(launch.traffic, TrafficReport):
+        return replace(launch, step_ends=f"no report: {launch.traffic}")
+    if launch.spec.private:
+        return replace(launch, step_ends=sized_step_ends(launch.traffic, reference.workload, launch.spec.clock_steps))
+    seen = reference.seen(launch, lambda: claims_of(launch, reference.workload))
+    if isinstance(seen, str):
+        return replace(launch, step_ends=seen)
+    if seen.problem:
+        return replace(launch, step_ends=f"what your ranks' all-reduces carried in this launch is not the grader's own training on its inputs: {seen.problem}")
+    if launch.spec.ddp_options is None:  # the submission's launch (the reference's take `adopted` on)
+        used = confirmed_options(launch)
+        if used != (adopted or DdpOptions()):
+            shown = [options.describe() or "DDP's defaults" for options in (used, adopted or DdpOptions())]
+            return replace(launch, step_ends=f"your timed launch built its DDP with {shown[0]}, your checked runs with {shown[1]}: the reference is timed with the options of your checked runs")
+    return replace(launch, step_ends=step_ends(launch.traffic, seen, launch.spec.clock_steps or reference.workload.steps))
