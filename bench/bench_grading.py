@@ -42,7 +42,8 @@ sections it did not measure are kept) and prints them.
 9. Shapes (`--shapes N`, alone): a planted 1.5× slowdown in every timed step, in most, in every
    fifth, in one, and ahead of the loop, on p6's timed run carried by the hub, N gradings each
    (caught, target ≥ 19 of 20), each shape's spin first calibrated to pay half the
-   reference's steps by the hub's clock. Spliced into the results file.
+   reference's steps by the hub's clock. With `--bursty`, under bursts of other load: caught or
+   deferred, never passed. Spliced into the results file.
 10. Peak memory (`--memory`, alone, as root): each practical's grading started in a cgroup of
    its own, whose peak counts the grader, its launchers, every rank and their tmpfs files: what
    a grading machine (or Gradescope's image) must hold. Spliced into the results file.
@@ -475,7 +476,7 @@ SHAPE_FACTORS = {"every_step": 0.62, "most_steps": 0.56, "every_fifth": 0.52, "o
 PAID = 0.45  # a grading whose planted launches paid at least this share beyond the reference's is a 1.5× slowdown, by the hub's clock
 
 
-def shapes_section(work: Path, gradings: int, only: tuple[str, ...] = ()) -> list[str]:
+def shapes_section(work: Path, gradings: int, only: tuple[str, ...] = (), bursty: bool = False) -> list[str]:
     """Issue 32's shapes: a planted 1.5× slowdown of the whole training in each shape (SHAPE_SOURCES,
     and before the first step), on p6's timed run carried by the hub (CARRIED_P6), each graded
     `gradings` times in-process: how often `efficiency` fails it (target ≥ 19 of 20).
@@ -483,7 +484,9 @@ def shapes_section(work: Path, gradings: int, only: tuple[str, ...] = ()) -> lis
     A spin in the steps does not add its own length to them, nor the same in every grading
     (SHAPE_FACTORS), so every grading's slowdown is read off its launches (`planted_share`, by
     the hub's clock) and the target is on those that paid at least PAID. Every grading's planted share is shown beside
-    the grader's ratio: the ratio should read 1 + that share."""
+    the grader's ratio: the ratio should read 1 + that share. `bursty`: with bursts of other load
+    beside the gradings (bench/bursts.py; the reference's step is sized quiet first), where a
+    planted slowdown must be caught or deferred, never passed."""
     from grader.grade.pipeline import execute, judge
     from grader.practicals import p6
     from grader.run.local import LocalRunner
@@ -502,41 +505,59 @@ def shapes_section(work: Path, gradings: int, only: tuple[str, ...] = ()) -> lis
         shutil.copytree(ROOT / "solutions" / "p6", plain)
         report = judge(practical, execute(practical, plain, runner, options(6999)))
         step_s = next(c for c in report.checks if c.id == "efficiency").data["speed"]["timed"]["reference"]["cost_step_s"]
-        for shape in only or (*SHAPE_SOURCES, "before_the_first_step"):
-            ahead = shape == "before_the_first_step"
-            folder = planted_shape(work, shape, step_s=step_s, factor=SHAPE_FACTORS[shape])
-            outcomes = []
-            for run in range(gradings):
-                execution = execute(practical, folder, runner, options(7000 + run))
-                check = next(c for c in judge(practical, execution).checks if c.id == "efficiency")
-                ratio = check.data.get("speed", {}).get("timed", {}).get("ratio", float("nan"))
-                share = planted_share(execution.timings["timed"], ahead) if "timed" in execution.timings else None
-                outcomes.append((check.status.value, ratio, share if share is not None else float("nan")))
-                print(f"{shape}, grading {run + 1}: efficiency {check.status.value} ({ratio:.2f}×, planted {share})", file=sys.stderr, flush=True)
-            caught = sum(status == "failed" for status, _, _ in outcomes)
-            slowed = [status for status, _, share in outcomes if share >= PAID]
-            shares = sorted(s for _, _, s in outcomes)
-            rows.append(
-                f"| {shape.replace('_', ' ')} | {SHAPE_FACTORS[shape]:.2f} | {1 + statistics.median(shares):.2f} ({1 + shares[0]:.2f}–{1 + shares[-1]:.2f}) "
-                f"| **{sum(status == 'failed' for status in slowed)} of {len(slowed)}** | {caught} of {gradings} "
-                f"| {', '.join(f'{r:.2f} ({1 + s:.2f})' for _, r, s in sorted(outcomes, key=lambda o: o[1]))} |"
-            )
+        beside = bursty_load(1) if bursty else None
+        try:
+            rows = _shape_rows(work, practical, runner, options, step_s, gradings, only)
+        finally:
+            if beside is not None:
+                beside.terminate()
+                beside.wait()
+    heading = "## A planted 1.5× slowdown in every shape" + (" under bursty load" if bursty else " (issue 32)")
+    load = " With bursts of one or two busy processes beside the gradings (bench/bursts.py, seed 1): a grading must fail `efficiency` or defer it, never pass it." if bursty else ""
     return [
-        "## A planted 1.5× slowdown in every shape (issue 32)",
+        heading,
         "",
-        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --shapes {gradings}` ({(time.perf_counter() - started) / 60:.0f} min): "
+        f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --shapes {gradings}{' --bursty' if bursty else ''}` ({(time.perf_counter() - started) / 60:.0f} min): "
         "p6's timed run alone (3 rounds of 20, 60 and 20 steps, carried by the hub), its reference made 1.5× slower in all by a spin on the real clock, "
         "its own clocks slowed to a third; the spin in every timed step, in 11 of the 18, in every fifth, in one, or ahead of the loop, "
         f"sized as a share of the steps asked times the reference's step ({step_s * 1000:.2f} ms by the hub's clock in a grading of the plain reference). "
         "A spin in the steps does not pay its own length, and pays unevenly (the hub's work overlaps it), so each grading's slowdown is read off its launches by the hub's clock: "
         "'paid' is 1 + `planted_share`, the submission's time from the first step's end to the last (ahead of the loop: from the launch's start to the first step's end) beyond the reference's, "
-        f"per step count, over the reference's steps. The target is on the gradings that paid at least {1 + PAID:.2f}×; the ratio `efficiency` reads should be about the paid one.",
+        f"per step count, over the reference's steps. The target is on the gradings that paid at least {1 + PAID:.2f}×; the ratio `efficiency` reads should be about the paid one.{load}",
         "",
-        f"| where the work is | spin | paid in the gradings: median (range) | caught where it paid ≥ {1 + PAID:.2f}× (target ≥ 19 of 20) | caught in all | ratios read (paid) |",
-        "|---|---|---|---|---|---|",
+        f"| where the work is | spin | paid in the gradings: median (range) | caught where it paid ≥ {1 + PAID:.2f}× (target ≥ 19 of 20) | caught in all | deferred | passed | ratios read (paid) |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]
+
+
+def _shape_rows(work: Path, practical: Practical, runner, options: Callable[[int], GradeOptions], step_s: float, gradings: int, only: tuple[str, ...]) -> list[str]:
+    """shapes_section's gradings: a table row per shape."""
+    from grader.grade.pipeline import execute, judge
+
+    rows = []
+    for shape in only or (*SHAPE_SOURCES, "before_the_first_step"):
+        ahead = shape == "before_the_first_step"
+        folder = planted_shape(work, shape, step_s=step_s, factor=SHAPE_FACTORS[shape])
+        outcomes = []
+        for run in range(gradings):
+            execution = execute(practical, folder, runner, options(7000 + run))
+            check = next(c for c in judge(practical, execution).checks if c.id == "efficiency")
+            ratio = check.data.get("speed", {}).get("timed", {}).get("ratio", float("nan"))
+            share = planted_share(execution.timings["timed"], ahead) if "timed" in execution.timings else None
+            outcomes.append((check.status.value, ratio, share if share is not None else float("nan")))
+            print(f"{shape}, grading {run + 1}: efficiency {check.status.value} ({ratio:.2f}×, planted {share})", file=sys.stderr, flush=True)
+        caught = sum(status == "failed" for status, _, _ in outcomes)
+        slowed = [status for status, _, share in outcomes if share >= PAID]
+        shares = sorted(s for _, _, s in outcomes)
+        rows.append(
+            f"| {shape.replace('_', ' ')} | {SHAPE_FACTORS[shape]:.2f} | {1 + statistics.median(shares):.2f} ({1 + shares[0]:.2f}–{1 + shares[-1]:.2f}) "
+            f"| **{sum(status == 'failed' for status in slowed)} of {len(slowed)}** | {caught} of {gradings} "
+            f"| {sum(status == 'deferred' for status, _, _ in outcomes)} | **{sum(status == 'passed' for status, _, _ in outcomes)}** "
+            f"| {', '.join(f'{r:.2f} ({1 + s:.2f})' for _, r, s in sorted(outcomes, key=lambda o: o[1]))} |"
+        )
+    return rows
 
 
 def correct_submissions(work: Path) -> list[tuple[str, str, Path]]:
@@ -738,7 +759,7 @@ def main() -> None:
     parser.add_argument("--steady", type=int, metavar="N", help="only the steady-verdicts section: every reference solution and correct variant graded N times; spliced into --out")
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--busy", action="store_true", help="with --steady: a competing process keeps the last core busy throughout")
-    load.add_argument("--bursty", action="store_true", help="with --steady: bursts of one or two busy processes beside the gradings (bench/bursts.py)")
+    load.add_argument("--bursty", action="store_true", help="with --steady or --shapes: bursts of one or two busy processes beside the gradings (bench/bursts.py)")
     parser.add_argument("--practicals", help="with --steady: only these practicals (comma-separated), e.g. p6,p10")
     parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
     parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run not carried, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
@@ -752,7 +773,7 @@ def main() -> None:
         section = (
             compare_with(options.compare, work, options.repeat + 1, "## A graded p6 and p10 before and after (the grader of {commit} against this checkout's)", ("p6", "p10")) if options.compare
             else steady_section(work, options.steady, "busy" if options.busy else "bursty" if options.bursty else None, tuple(options.practicals.split(",")) if options.practicals else ()) if options.steady
-            else shapes_section(work, options.shapes, tuple(options.shape or ())) if options.shapes
+            else shapes_section(work, options.shapes, tuple(options.shape or ()), options.bursty) if options.shapes
             else spread_section(work, options.spread) if options.spread
             else clocked_section(work, options.clocked) if options.clocked
             else memory_section(work)

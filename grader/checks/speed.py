@@ -19,10 +19,11 @@ A submission that would fail `efficiency` after the spec's k rounds of launches,
 by less than DOUBT_MARGIN, or pass it on launches that load visibly disturbed, gets up to k
 more rounds before the verdict (grader/grade/timing.py): failing takes twice the evidence,
 while a slow submission stays slow in every round, and a verdict near the limit, or on
-disturbed launches, rests on more of them. Rounds in which the kernel saw other load take
-more than a tenth of the machine (grader/run/load.py) are set aside where 2 quiet rounds
-remain; where fewer remain, a verdict that would fail is deferred with the evidence, never
-failed (`judged_rounds`, `busy_machine`). A side that could not be timed fails the
+disturbed launches, rests on more of them. Steps (by the hub's clock) or rounds (by the
+grader's) during which the kernel saw other load take the CPUs (grader/run/load.py) are set
+aside where enough quiet ones remain; where too few do, a verdict that would fail is deferred
+with the evidence, never failed (`judged_rounds`, `shared_quiet`, `busy_reason`,
+`busy_machine`). A side that could not be timed fails the
 check when it is the submission's own launches (a crash is not a fast run), and defers it
 when it is the reference's (not the student's doing).
 """
@@ -100,8 +101,8 @@ def efficiency(ctx: CheckContext) -> Verdict:
     work added to one step in five costs what it costs; a step that another process slowed
     in one launch does not count). The reference's DDP takes your DDP options (as the traffic
     shows them; grader/speed/measure.py adopted_options): a choice DDP offers costs you
-    nothing here. Rounds that other load disturbed are set aside, and a slower step read only
-    on disturbed rounds is deferred, not failed (`judged_rounds`)."""
+    nothing here. Steps that other load disturbed are set aside, and a slower step read only
+    where too few were left alone is deferred, not failed (`busy_reason`)."""
     limit = float(ctx.options["max_ratio"])
     lines, data, passed = [], {}, True
     for run in ctx.runs:
@@ -144,8 +145,8 @@ def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any
     which `charged` reads per count, is the least over more of them. (A burst of load over
     one round of p6's, its reference's launches 52 ms a step against 23 ms in the other, and
     its submission's first timed step late, let each step's work moved ahead of the loop pass
-    at 0.94× in CI.) Rounds that other load disturbed, where fewer than QUIET_ROUNDS quiet
-    ones remain, are a matter of doubt too: more rounds may be quiet."""
+    at 0.94× in CI.) Launches with steps or rounds other load disturbed are a matter of doubt
+    too: more rounds bring more quiet ones."""
     judged, disturbance = judged_rounds(timed)
     mine = measured(judged.own, warmup)
     reference = measured(judged.reference, warmup)
