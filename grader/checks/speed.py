@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.run.job import JobResult
-from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, busy_reason, charged, cost_ratio, describe_counts, judged_rounds, measure, shared_quiet
+from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, busy_reason, charged, cost_ratio, describe_counts, judged_rounds, measure, shared_quiet, unsure_pass
 
 def measured(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
     """grader/speed/measure.py's protocol over one side's launches, a failed launch read as the
@@ -60,9 +60,9 @@ def _sides(ctx: CheckContext, name: str) -> "tuple[Measurement, Measurement, Dis
 
 
 def busy_machine(reason: str, ratio: float) -> str:
-    """Why a verdict that would fail on disturbed launches is deferred, and what would grade it."""
+    """Why a verdict that other load may have decided is deferred, and what would grade it."""
     return (
-        f"the machine was busy: {reason}. On those launches your steps read {ratio:.2f}× the reference's, and a slower step is failed only on "
+        f"the machine was busy: {reason}. On those launches your steps read {ratio:.2f}× the reference's, and a speed verdict rests only on "
         "steps nothing else disturbed: a grading on a quiet machine (a regrade) decides it"
     )
 
@@ -116,8 +116,8 @@ def efficiency(ctx: CheckContext) -> Verdict:
             return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
         ratio = cost_ratio(own, reference)
         ok = ratio <= limit
-        busy = busy_reason(own, reference, disturbance)
-        if not ok and busy:
+        busy = busy_reason(own, reference, disturbance) if not ok else unsure_pass(own, reference, limit)
+        if busy:
             return Verdict(False, "", deferred=f"{run.spec.name}: {busy_machine(busy, ratio)}", data={"speed": {run.spec.name: {"ratio": round(ratio, 4), "max_ratio": limit, "load": disturbance.as_data(), **_launch_loads(ctx.timings[run.spec.name])}}})
         passed &= ok
         adopted = _adopted_options(ctx, run.spec.name)
@@ -154,7 +154,7 @@ def efficiency_doubtful(timed: TimedRuns, warmup: int, options: Mapping[str, Any
     if not (own.timed and reference.timed):
         return False
     keep = shared_quiet(own, reference)
-    busy = busy_reason(own, reference, disturbance) is not None or (keep is not None and keep.coverage < 1.0)
+    busy = busy_reason(own, reference, disturbance) is not None or unsure_pass(own, reference, float(options["max_ratio"])) is not None or (keep is not None and keep.coverage < 1.0)
     return busy or cost_ratio(own, reference) > float(options["max_ratio"]) - DOUBT_MARGIN or reference.unsettled or mine.unsettled
 
 

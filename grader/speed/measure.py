@@ -216,6 +216,14 @@ class Measurement:
             found.setdefault(count, []).append(flags)
         return found
 
+    def steps_by_count(self) -> dict[int | None, list[tuple[tuple[float, ...], tuple[bool, ...]]]]:
+        """Per step count asked (None: the run's own), its launches' timed steps and which ran quiet."""
+        found: dict[int | None, list[tuple[tuple[float, ...], tuple[bool, ...]]]] = {}
+        asked = self.launch_asked if len(self.launch_asked) == len(self.launch_steps_s) else (None,) * len(self.launch_steps_s)
+        for steps, flags, count in zip(self.launch_steps_s, self._quiet(), asked):
+            found.setdefault(count, []).append((steps, flags))
+        return found
+
     def quiet_cost_s(self, keep: "QuietSteps") -> float | None:
         """What a step of the side costs over the steps `keep` keeps, launches that asked for
         no count taken together (`cost_s` otherwise); None where it keeps none."""
@@ -358,6 +366,24 @@ def busy_reason(own: Measurement, reference: Measurement, disturbance: Disturban
     return None
 
 
+def unsure_pass(own: Measurement, reference: Measurement, limit: float) -> str | None:
+    """Why a pass on these sides might rest on other load (None: it does not), by the hub's
+    clock: counted at the least it took under load, a step that ran quiet in no launch of the
+    submission could cost more than `limit` allows (`bound_ratio`), or every launch of one step
+    count was disturbed before its first timed step, so work moved ahead of the loop cannot be
+    told from the load (`Measurement.leads_unsure`)."""
+    if own.pair_steps is not None:
+        return None
+    bound = bound_ratio(own, reference)
+    keep = shared_quiet(own, reference)
+    if keep is not None and (bound is None or bound > limit):
+        shown = "" if bound is None else f", up to {bound:.2f}× the reference's"
+        return f"other processes took more than {SPAN_SHARE:.0%} of the CPUs during some of the timed steps, and counted at the least they took under that load your steps could cost more than the {limit:g}× allowed{shown}"
+    if own.leads_unsure:
+        return f"other processes took more than {SPAN_SHARE:.0%} of the CPUs before your first timed step in every launch of one step count, so work done ahead of the loop cannot be told from the load"
+    return None
+
+
 def judged_rounds(timed: TimedRuns) -> tuple[TimedRuns, Disturbance]:
     """The launches a speed verdict rests on, and how other load touched the rounds. Timed by
     the grader's clock (pairs of whole launches): where a launch of a round (the submission's
@@ -451,6 +477,34 @@ def shared_quiet(own: Measurement, reference: Measurement) -> QuietSteps | None:
         keep[count] = kept
         coverage = min(coverage, len(kept) / steps if steps else 0.0)
     return QuietSteps(keep, coverage if keep else 0.0)
+
+
+def bound_ratio(own: Measurement, reference: Measurement) -> float | None:
+    """The most the submission's steps could cost against the reference's where other load
+    kept some steps from running quiet on a side (None where no step was disturbed, or a step
+    count has no quiet reference step): per step count, each step by its median over the
+    launches that ran it quiet, or, where none of the submission's did, the least it took
+    under load (load only slows: a bound from above), and where none of the reference's did,
+    the median of the reference's quiet steps of the count (the grader's own program takes
+    alike steps). A pass must hold at this bound: a slow step that other load covered in
+    every launch would otherwise go unseen."""
+    if shared_quiet(own, reference) is None:
+        return None
+    mine, theirs = own.steps_by_count(), reference.steps_by_count()
+    ratios = []
+    for count in mine.keys() & theirs.keys():
+        steps = min(len(seconds) for seconds, _ in (*mine[count], *theirs[count]))
+        calm = [seconds[i] for seconds, flags in theirs[count] for i in range(steps) if flags[i]]
+        if not calm:
+            return None
+        typical = statistics.median(calm)
+        cost = []
+        for i in range(steps):
+            quiet_own = [seconds[i] for seconds, flags in mine[count] if flags[i]]
+            quiet_reference = [seconds[i] for seconds, flags in theirs[count] if flags[i]]
+            cost.append((statistics.median(quiet_own) if quiet_own else min(seconds[i] for seconds, _ in mine[count]), statistics.median(quiet_reference) if quiet_reference else typical))
+        ratios.append(sum(c[0] for c in cost) / sum(c[1] for c in cost))
+    return statistics.fmean(ratios) if ratios else None
 
 
 RECORDS_SLACK = 1.5  # records that claim steps this many times faster than the grader's clock saw are named in the feedback
