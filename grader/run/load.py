@@ -135,6 +135,12 @@ class LoadMeter:
         self._spans = []
         self._next_sample = now + SAMPLE_S
 
+    @property
+    def ticks(self) -> int:
+        """The job's CPU time in clock ticks (its process tree's, reaped children included) at
+        the last sample: what the runner's hang watch reads (grader/run/local.py IdleWatch)."""
+        return self._last[4]
+
     def _ran_ns(self) -> int:
         return sum(last - first for first, _, last, _ in self._tasks.values())
 

@@ -93,22 +93,23 @@ REAL_GPU_STALL_FACTOR = 4  # ranks on a real GPU may wait for its kernels withou
 
 @dataclass
 class IdleWatch:
-    """Whether a job has stopped using the CPU: every SAMPLE_S (grader/run/load.py), the CPU time of the launcher
-    and every process below it (the kernel's count, `procs.tree_cpu_ticks`). A job whose
+    """Whether a job has stopped using the CPU: the CPU time of the launcher and every process
+    below it (the kernel's count, as the load meter samples it every SAMPLE_S:
+    grader/run/load.py `LoadMeter.ticks`). A job whose
     processes all sleep for `window_s` (ranks waiting in a collective that never comes, a
     `time.sleep` or a read that never returns) is hung: the grader stops it then instead of at
     the run's time limit. A busy hang keeps the CPU busy and runs to the limit. A job stopped at
     its time limit after half the window without CPU is named hung all the same (`stalled_s`):
     a limit shorter than the window, e.g. a run's pace (grader/grade/options.py), comes first."""
 
-    root: int  # the launcher's pid on the host
+    meter: LoadMeter  # the job's, sampled as the job runs
     window_s: float
     _ticks: int = -1
     _since: float = 0.0
 
     def idle(self) -> bool:
         """Whether the job used at most IDLE_TICKS of CPU in the last `window_s` seconds."""
-        now, ticks = time.monotonic(), procs.tree_cpu_ticks(self.root)
+        now, ticks = time.monotonic(), self.meter.ticks
         if self._ticks < 0 or ticks - self._ticks > IDLE_TICKS:
             self._ticks, self._since = ticks, now
         return now - self._since >= self.window_s
@@ -487,7 +488,7 @@ class LocalRunner:
         leader_gone = False
         timed_out, stalled_s = False, None
         error = None
-        watch = IdleWatch(zygote.proc.pid, self._stall_window(job))
+        watch = IdleWatch(meter, self._stall_window(job))
         while True:
             event = zygote.next_event(min(deadline, time.monotonic() + SAMPLE_S) if forked else deadline)
             meter.sample()

@@ -208,14 +208,6 @@ class Measurement:
         """Per launch of launch_steps_s, per timed step, whether it ran quiet."""
         return self.launch_quiet if len(self.launch_quiet) == len(self.launch_steps_s) else tuple((True,) * len(steps) for steps in self.launch_steps_s)
 
-    def quiet_by_count(self) -> dict[int | None, list[tuple[bool, ...]]]:
-        """Per step count asked (None: the run's own), its launches' quiet steps."""
-        found: dict[int | None, list[tuple[bool, ...]]] = {}
-        asked = self.launch_asked if len(self.launch_asked) == len(self.launch_steps_s) else (None,) * len(self.launch_steps_s)
-        for flags, count in zip(self._quiet(), asked):
-            found.setdefault(count, []).append(flags)
-        return found
-
     def steps_by_count(self) -> dict[int | None, list[tuple[tuple[float, ...], tuple[bool, ...]]]]:
         """Per step count asked (None: the run's own), its launches' timed steps and which ran quiet."""
         found: dict[int | None, list[tuple[tuple[float, ...], tuple[bool, ...]]]] = {}
@@ -362,7 +354,7 @@ def busy_reason(own: Measurement, reference: Measurement, disturbance: Disturban
     if keep is not None and not keep.enough:
         return f"other processes took more than {SPAN_SHARE:.0%} of the CPUs during most of the timed steps: {keep.coverage:.0%} of a step count's steps ran undisturbed in a launch of each side, and {MIN_COVERAGE:.0%} are needed"
     if own.lead_charged_s and own.leads_unsure:
-        return "other processes took more than a quarter of the CPUs before your first timed step in every launch of one step count, so how much later it began cannot be told from the load"
+        return f"other processes took more than {SPAN_SHARE:.0%} of the CPUs before your first timed step in every launch of one step count, so how much later it began cannot be told from the load"
     return None
 
 
@@ -468,12 +460,12 @@ def shared_quiet(own: Measurement, reference: Measurement) -> QuietSteps | None:
         return None
     if all(all(flags) for flags in (*own.launch_quiet, *reference.launch_quiet)):
         return None
-    mine, theirs = own.quiet_by_count(), reference.quiet_by_count()
+    mine, theirs = own.steps_by_count(), reference.steps_by_count()
     keep: dict[int | None, frozenset[int]] = {}
     coverage = 1.0
     for count in mine.keys() & theirs.keys():
-        steps = min(len(flags) for flags in (*mine[count], *theirs[count]))
-        kept = frozenset(i for i in range(steps) if any(flags[i] for flags in mine[count]) and any(flags[i] for flags in theirs[count]))
+        steps = min(len(flags) for _, flags in (*mine[count], *theirs[count]))
+        kept = frozenset(i for i in range(steps) if any(flags[i] for _, flags in mine[count]) and any(flags[i] for _, flags in theirs[count]))
         keep[count] = kept
         coverage = min(coverage, len(kept) / steps if steps else 0.0)
     return QuietSteps(keep, coverage if keep else 0.0)
