@@ -37,6 +37,7 @@ from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.run.job import JobResult
 from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, busy_reason, charged, cost_ratio, describe_counts, judged_rounds, measure, shared_quiet, unsure_pass
 
+
 def measured(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
     """grader/speed/measure.py's protocol over one side's launches, a failed launch read as the
     checks read it (grader/checks/failures.py)."""
@@ -68,8 +69,9 @@ def busy_machine(reason: str, ratio: float) -> str:
 
 
 def _set_aside(own: Measurement, reference: Measurement, rounds: str) -> str:
-    """'; judged on the 41 of 60 steps of a count other load left alone' (by the hub's clock) or
-    '; 2 of 4 rounds set aside, disturbed by other load' (by the grader's clock)."""
+    """'; judged on the steps other load left alone (62% of a step count's steps or more)' (by
+    the hub's clock), or `rounds` ('; 2 of 4 rounds set aside, disturbed by other load', by the
+    grader's clock)."""
     keep = shared_quiet(own, reference)
     if keep is not None and keep.enough:
         return f"; judged on the steps other load left alone ({keep.coverage:.0%} of a step count's steps or more)"
@@ -100,7 +102,7 @@ def efficiency(ctx: CheckContext) -> Verdict:
     the median of that step over your launches, averaged over the steps (every step counts:
     work added to one step in five costs what it costs; a step that another process slowed
     in one launch does not count). The reference's DDP takes your DDP options (as the traffic
-    shows them; grader/speed/measure.py adopted_options): a choice DDP offers costs you
+    shows them; grader/grade/timing.py adopted_options): a choice DDP offers costs you
     nothing here. Steps that other load disturbed are set aside, and a slower step read only
     where too few were left alone is deferred, not failed (`busy_reason`)."""
     limit = float(ctx.options["max_ratio"])
