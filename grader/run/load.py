@@ -63,10 +63,6 @@ class LaunchLoad:
         """Whether other load took more than DISTURBED_SHARE of the machine during the launch."""
         return self.others_share > DISTURBED_SHARE
 
-    def describe(self) -> str:
-        """'other processes used 38 % of the machine's CPU time, your processes waited for a CPU 41 % of the time they wanted one'."""
-        return f"other processes used {self.others_share:.0%} of the machine's CPU time, the launch's processes waited for a CPU {self.wait_share:.0%} of the time they wanted one"
-
     def as_data(self) -> dict:
         return {
             "wall_s": round(self.wall_s, 4),
