@@ -1,24 +1,24 @@
 """How much other load disturbed a launch, by the kernel's counts: what a speed check may
-believe about the machine while a launch ran (grader/speed/measure.py sets disturbed launches
-aside).
+believe about the machine while a launch ran (grader/speed/measure.py sets disturbed steps and
+launches aside).
 
 Everything here is read by the grader's own process from /proc, which the submission cannot
 write:
 
 - the busy time of the CPUs the grader may use (/proc/stat's lines of those CPUs: user, nice,
-  system and steal time; a Slurm job's cpuset, not the whole node) over the launch;
-- the job's own CPU time over the launch: the launcher's process tree, reaped children
-  included (`procs.tree_cpu_ticks`: the ranks, the grader's hub and everything they started,
-  which the launcher's job leader reaps as a subreaper);
-- the grader's own CPU time (this process), which is not other load either;
-- how long the job's tasks were runnable but waited for a CPU, and how long they ran, from each
-  task's /proc/<pid>/task/<tid>/schedstat, sampled while the launch runs (`LoadMeter.sample`; a
-  task's last moments before it exits fall between samples, so the two are read as a share).
+  system and steal time; a Slurm job's cpuset, not the whole node);
+- the job's own CPU time: the launcher's process tree, reaped children included
+  (`procs.tree_schedstats`: the ranks, the grader's hub and everything they started, which the
+  launcher's job leader reaps as a subreaper), and each of its tasks' schedstat (time on a
+  CPU, time runnable but waiting for one);
+- the grader's own CPU time (this process), which is not other load either.
 
-What the rest of the machine used meanwhile (`LaunchLoad.others_cpu_s`) is the busy time less
-the job's and the grader's. A launch is disturbed (`LaunchLoad.disturbed`) when the rest of
-the machine took more than DISTURBED_SHARE of the CPU time the machine had during it: the
-derivation is in docs/design.md (speed checks: a launch disturbed by other load).
+What the rest of the machine used (`LaunchLoad.others_cpu_s`) is the busy time less the job's
+and the grader's. Over the whole launch, more than DISTURBED_SHARE of the machine makes it
+disturbed (`LaunchLoad.disturbed`: launches timed by the grader's clock); every SAMPLE_S, more
+than SPAN_SHARE of the CPUs makes the interval a busy span (`LaunchLoad.busy_spans`: steps
+timed by the hub's clock). The derivation is in docs/design.md (speed checks: steps and
+launches disturbed by other load).
 """
 from __future__ import annotations
 

@@ -110,18 +110,12 @@ def _below(table: dict[int, tuple[int, int]], ancestor: int) -> list[int]:
     return found
 
 
-def tree_cpu_ticks(ancestor: int) -> int:
-    """The CPU time, in clock ticks, that `ancestor` and every process below it have used
-    (user and system, their reaped children's included), read from /proc/<pid>/stat: the
-    kernel's count, which the processes cannot write."""
-    table = _stat_table()
-    return sum(table[pid][1] for pid in _below(table, ancestor))
-
-
 def tree_schedstats(ancestor: int) -> tuple[int, dict[int, tuple[int, int]]]:
-    """`tree_cpu_ticks(ancestor)`, and per task (thread) of `ancestor` and every process below
-    it: nanoseconds on a CPU and nanoseconds runnable but waiting for one, from
-    /proc/<pid>/task/<tid>/schedstat (the kernel's counts), in one pass over /proc."""
+    """The CPU time, in clock ticks, that `ancestor` and every process below it have used (user
+    and system, their reaped children's included, from /proc/<pid>/stat), and per task
+    (thread) of them: nanoseconds on a CPU and nanoseconds runnable but waiting for one, from
+    /proc/<pid>/task/<tid>/schedstat; the kernel's counts, which the processes cannot write,
+    in one pass over /proc."""
     table = _stat_table()
     below = _below(table, ancestor)
     found: dict[int, tuple[int, int]] = {}

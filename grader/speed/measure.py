@@ -41,6 +41,11 @@
   (grader/grade/timing.py), so a burst of load cannot fail it. (Measured: the submission's
   best launch against the reference's median, the protocol before the witness, let a planted
   1.5× slowdown behind a forged clock pass 6 times in 20; bench/RESULTS.md.)
+- Other load, as the kernel counted it (grader/run/load.py), is set aside: by the hub's clock
+  the steps a busy span touched (`shared_quiet`), by the grader's the rounds with a disturbed
+  launch (`judged_rounds`). A verdict that the set-aside steps could have decided — a fail on
+  too few quiet steps, a pass that a step never seen quiet could turn (`bound_ratio`) — is
+  deferred, never given (`busy_reason`, `unsure_pass`).
 """
 from __future__ import annotations
 
@@ -332,7 +337,7 @@ class Disturbance:
         return self.rounds - self.disturbed
 
     def describe(self) -> str:
-        """'in 4 of 6 rounds of launches other processes used more than 10 % of the machine's CPU time (up to 43 %, when the launch's processes waited for a CPU 56 % of the time they wanted one)'."""
+        """'in 4 of 6 rounds of launches other processes used more than 10% of the machine's CPU time (up to 43%, when the launch's processes waited for a CPU 56% of the time they wanted one)'."""
         worst = f" (up to {self.worst.others_share:.0%}, when the launch's processes waited for a CPU {self.worst.wait_share:.0%} of the time they wanted one)" if self.worst else ""
         return f"in {self.disturbed} of {self.rounds} rounds of launches other processes used more than {DISTURBED_SHARE:.0%} of the machine's CPU time{worst}"
 
