@@ -27,7 +27,7 @@ sections it did not measure are kept) and prints them.
    results file. With `--busy`, a competing process keeps the last core busy throughout; with
    `--bursty`, bursts of one or two busy processes come and go (bench/bursts.py): no grading may
    fall short, and a speed check the busy machine defers is counted apart. `--practicals p6,p10`
-   narrows it.
+   narrows it; `--speed-only` grades `efficiency` alone (its timed runs and the reference's).
 6. Spread (`--spread N`, alone): p6's and p10's reference solutions graded N times each,
    timed: the ratio of the submission's side (the reference itself) to the reference's side
    by what a step costs (each step's median over the launches, what `efficiency` judges), by
@@ -67,6 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -581,11 +582,12 @@ LOADS = {
 }
 
 
-def steady_section(work: Path, gradings: int, load: str | None = None, only: tuple[str, ...] = ()) -> list[str]:
+def steady_section(work: Path, gradings: int, load: str | None = None, only: tuple[str, ...] = (), speed_only: bool = False) -> list[str]:
     """Every reference solution and correct variant (of the practicals `only`, where given)
     graded `gradings` times in a row, timed, with `load` (LOADS) beside them throughout: the
     Markdown section that says how many gradings fell short of full marks, and which checks,
-    and how many had a check deferred."""
+    and how many had a check deferred. `speed_only`: each grading is `efficiency` alone
+    (`timed_grading`), a third of a full grading's time."""
     submissions = [entry for entry in correct_submissions(work) if not only or entry[0] in only]
     short: dict[str, list[str]] = {f"{p} {name}": [] for p, name, _ in submissions}
     deferred: dict[str, list[str]] = {key: [] for key in short}
@@ -593,7 +595,7 @@ def steady_section(work: Path, gradings: int, load: str | None = None, only: tup
     started = time.perf_counter()
     beside = competing_load() if load == "busy" else bursty_load(0) if load == "bursty" else None
     try:
-        _steady_gradings(work, gradings, submissions, short, deferred, ratios)
+        _steady_gradings(work, gradings, submissions, short, deferred, ratios, timed_grading if speed_only else full_grading)
     finally:
         if beside is not None:
             beside.terminate()
@@ -601,12 +603,13 @@ def steady_section(work: Path, gradings: int, load: str | None = None, only: tup
     minutes = (time.perf_counter() - started) / 60
     flaky, put_off = sum(len(found) for found in short.values()), sum(len(found) for found in deferred.values())
     title, how = LOADS[load] if load else ("", "")
-    flags = f"{' --' + load if load else ''}{' --practicals ' + ','.join(only) if only else ''}"
+    flags = f"{' --' + load if load else ''}{' --practicals ' + ','.join(only) if only else ''}{' --speed-only' if speed_only else ''}"
     lines = [
         f"## Steady verdicts{' with ' + title if title else ''}: correct submissions graded again and again",
         "",
         f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --steady {gradings}{flags}` ({minutes:.0f} min): "
         f"every reference solution and every correct variant of the tests{' of ' + ', '.join(only) if only else ''}, graded {gradings} times in a row, timed, each with its own seed"
+        f"{' (`efficiency` alone: its timed runs against the reference, in the sandbox)' if speed_only else ''}"
         f"{', ' + how if how else ''}. "
         f"**{flaky} of {gradings * len(submissions)}** gradings fell short of full marks (target 0); **{put_off}** had a check deferred.",
         "",
@@ -620,21 +623,51 @@ def steady_section(work: Path, gradings: int, load: str | None = None, only: tup
     return [*lines, ""]
 
 
-def _steady_gradings(work: Path, gradings: int, submissions: list[tuple[str, str, Path]], short: dict[str, list[str]], deferred: dict[str, list[str]], ratios: dict[str, list[float]]) -> None:
+Outcome = tuple[list[str], list[str], bool, "float | None", str]  # checks failed, speed checks deferred, points short, efficiency's ratio, the score as text
+
+
+def full_grading(work: Path, practical: str, folder: Path, seed: int) -> Outcome:
+    """`python -m grader grade` of `folder`, as a user runs it: what steady_section counts."""
+    _, document = grade(practical, work / "steady.json", "--seed", str(seed), folder=folder)
+    lost = [t["tags"][0] for t in document["tests"] if t.get("status") == "failed"]
+    put_off = [t["tags"][0] for t in document["tests"] if "deferred_points" in t.get("extra_data", {}) and t["tags"][0] in SPEED_DEFERRABLE]
+    short = document["score"] < document["extra_data"]["max_score"] - sum(t["extra_data"]["deferred_points"] for t in document["tests"] if "deferred_points" in t.get("extra_data", {}))
+    ratio = next((t.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio") for t in document["tests"] if t["tags"][0] == "efficiency"), None)
+    return lost, put_off, short, ratio, f"{document['score']:g}/{document['extra_data']['max_score']:g}"
+
+
+def timed_only(practical: Practical) -> Practical:
+    """`practical` narrowed to its `efficiency` check and the runs it times."""
+    checks = tuple(check for check in practical.assignment.checks if check.check == "efficiency")
+    wanted = {name for check in checks for name in check.runs}
+    return Practical(replace(practical.assignment, checks=checks, runs=tuple(run for run in practical.assignment.runs if run.name in wanted)), practical.module, practical.course)
+
+
+def timed_grading(work: Path, practical: str, folder: Path, seed: int) -> Outcome:
+    """The grading's `efficiency` alone, in-process, in the sandbox: its timed runs' rounds
+    against the reference's, as a full grading makes them (grader/grade/session.py)."""
+    from grader.grade.session import grade_folder
+
+    narrowed = timed_only(load_practical(load_course(ROOT), practical))
+    report = grade_folder(narrowed, folder, GradeOptions(seed=seed)).report
+    check = next(c for c in report.checks if c.id == "efficiency")
+    lost = [c.id for c in report.checks if c.status.value == "failed"]
+    ratio = check.data.get("speed", {}).get("timed", {}).get("ratio")
+    return lost, [check.id] if check.status.value == "deferred" else [], report.score < report.max_score, ratio, f"{report.score:g}/{report.max_score:g}"
+
+
+def _steady_gradings(work: Path, gradings: int, submissions: list[tuple[str, str, Path]], short: dict[str, list[str]], deferred: dict[str, list[str]], ratios: dict[str, list[float]], grading: Callable[[Path, str, Path, int], Outcome] = full_grading) -> None:
     """steady_section's gradings, round by round, into `short`, `deferred` and `ratios`."""
     for run in range(gradings):
         for practical, name, folder in submissions:
-            _, document = grade(practical, work / "steady.json", "--seed", str(4000 + run), folder=folder)
-            lost = [t["tags"][0] for t in document["tests"] if t.get("status") == "failed"]
-            put_off = [t["tags"][0] for t in document["tests"] if "deferred_points" in t.get("extra_data", {}) and t["tags"][0] in SPEED_DEFERRABLE]
+            lost, put_off, points_short, ratio, score = grading(work, practical, folder, 4000 + run)
             if put_off:
                 deferred[f"{practical} {name}"].append(f"grading {run + 1}: {', '.join(put_off)}")
-            if lost or document["score"] < document["extra_data"]["max_score"] - sum(t["extra_data"]["deferred_points"] for t in document["tests"] if "deferred_points" in t.get("extra_data", {})):
+            if lost or points_short:
                 short[f"{practical} {name}"].append(f"grading {run + 1}: {', '.join(lost) or 'points short'}")
-            ratio = next((t.get("extra_data", {}).get("speed", {}).get("timed", {}).get("ratio") for t in document["tests"] if t["tags"][0] == "efficiency"), None)
             if ratio is not None:
                 ratios[f"{practical} {name}"].append(ratio)
-            print(f"grading {run + 1} of {practical} {name}: {document['score']:g}/{document['extra_data']['max_score']:g}{'' if ratio is None else f' (efficiency {ratio:.2f}×)'} {' '.join(lost)}", file=sys.stderr, flush=True)
+            print(f"grading {run + 1} of {practical} {name}: {score}{'' if ratio is None else f' (efficiency {ratio:.2f}×)'}{' deferred' if put_off else ''} {' '.join(lost)}", file=sys.stderr, flush=True)
 
 
 STATISTICS = {"cost": "what a step costs: each step's median over the launches (efficiency)", "undisturbed_step_s": "first deciles (efficiency before 2026-11-26)", "median_step_s": "launch medians"}
@@ -761,6 +794,7 @@ def main() -> None:
     load.add_argument("--busy", action="store_true", help="with --steady: a competing process keeps the last core busy throughout")
     load.add_argument("--bursty", action="store_true", help="with --steady or --shapes: bursts of one or two busy processes beside the gradings (bench/bursts.py)")
     parser.add_argument("--practicals", help="with --steady: only these practicals (comma-separated), e.g. p6,p10")
+    parser.add_argument("--speed-only", action="store_true", help="with --steady: each grading is `efficiency` alone (its timed runs against the reference's, in the sandbox)")
     parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
     parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run not carried, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
     parser.add_argument("--shapes", type=int, metavar="N", help="only the shapes section: a planted 1.5× slowdown in every step, most, every fifth, one, and ahead of the loop, N gradings each; spliced into --out")
@@ -772,7 +806,7 @@ def main() -> None:
     if options.steady or options.spread or options.clocked or options.shapes or options.memory or options.compare:
         section = (
             compare_with(options.compare, work, options.repeat + 1, "## A graded p6 and p10 before and after (the grader of {commit} against this checkout's)", ("p6", "p10")) if options.compare
-            else steady_section(work, options.steady, "busy" if options.busy else "bursty" if options.bursty else None, tuple(options.practicals.split(",")) if options.practicals else ()) if options.steady
+            else steady_section(work, options.steady, "busy" if options.busy else "bursty" if options.bursty else None, tuple(options.practicals.split(",")) if options.practicals else (), options.speed_only) if options.steady
             else shapes_section(work, options.shapes, tuple(options.shape or ()), options.bursty) if options.shapes
             else spread_section(work, options.spread) if options.spread
             else clocked_section(work, options.clocked) if options.clocked

@@ -12,7 +12,10 @@ STRETCH × them in odd ones (`stretched_steps`), so that work a script does befo
 timed step, and that grows with the steps asked, shows (grader/speed/measure.py `charged`).
 After the spec's rounds, up to
 as many more for the runs a speed check would still fail (`doubts`), while the budget has room
-(`room_for`): failing takes twice the evidence. A run whose own launch failed is launched no
+(`room_for`): failing takes twice the evidence. A round in which other load disturbed a
+launch (grader/run/load.py `LaunchLoad.disturbed`) does not count toward those twice the spec's
+rounds, up to MAX_ROUNDS_FACTOR × them in all: beside bursts of load, the verdict waits for quiet
+launches rather than being deferred for want of them. A run whose own launch failed is launched no
 more (a failed launch leaves its side untimed: grader/speed/measure.py). The submission's
 launches never take the time the reference's planned launches need (`TimedLaunches.reserve_s`,
 grader/grade/options.py `reference_reserve_s`)."""
@@ -37,6 +40,8 @@ from grader.spec import Assignment, CheckSpec, RunDef
 from grader.traffic.report import is_reduction
 from grader.speed.measure import TimedRuns
 from grader.traffic.training import TrainingSeen, sized_step_ends, step_ends
+
+MAX_ROUNDS_FACTOR = 4  # rounds disturbed by other load do not count toward the twice the spec's rounds a doubted run gets, up to this many times them (docs/design.md)
 
 Launch = Callable[[RunDef, str, int, "int | None"], JobResult]  # (run, "own" or "reference", repeat, steps asked or None) -> the launch, made or skipped
 
@@ -95,15 +100,22 @@ def run_timed(launches: TimedLaunches, launch: Launch, deadline: float) -> dict[
         launches.own.setdefault(run.name, [])
         launches.reference.setdefault(run.name, [])
     pending = schedule.timed
-    for repeat in range(2 * schedule.repeats if schedule.timed else 0):
+    counted = {run.name: 0 for run in schedule.timed}  # each run's rounds that other load left alone
+    for repeat in range(MAX_ROUNDS_FACTOR * schedule.repeats if schedule.timed else 0):
         if repeat >= schedule.repeats:  # the spec's rounds are done: more only for runs a check still doubts, while the budget has room for them
-            pending = tuple(run for run in pending if schedule.doubtful(run.name, launches.of(run.name)) and room_for(run.name, launches.own, launches.reference, deadline))
+            pending = tuple(
+                run for run in pending
+                if counted[run.name] < 2 * schedule.repeats and schedule.doubtful(run.name, launches.of(run.name)) and room_for(run.name, launches.own, launches.reference, deadline)
+            )
         for run in pending:
+            made = []
             for steps, role in schedule.order(run.name, repeat):
                 if launches.failed(run.name):
                     break  # more would only spend the budget
                 if role == "own" or run.name in schedule.referenced:
-                    (launches.own if role == "own" else launches.reference)[run.name].append(launch(run, role, repeat, steps))
+                    made.append(launch(run, role, repeat, steps))
+                    (launches.own if role == "own" else launches.reference)[run.name].append(made[-1])
+            counted[run.name] += not any(result.load is not None and result.load.disturbed for result in made)
     return {run.name: launches.of(run.name) for run in schedule.timed}
 
 
