@@ -637,8 +637,14 @@ def full_grading(work: Path, practical: str, folder: Path, seed: int) -> Outcome
 
 
 def timed_only(practical: Practical) -> Practical:
-    """`practical` narrowed to its `efficiency` check and the runs it times."""
-    checks = tuple(check for check in practical.assignment.checks if check.check == "efficiency")
+    """`practical` narrowed to its `efficiency` check, the runs it times, and its first checked run
+    of two ranks or more (with `clean_exit` on it): the run whose traffic confirms the DDP
+    options the reference's timed launches take on (grader/grade/timing.py `adopted_options`)."""
+    efficiency = tuple(check for check in practical.assignment.checks if check.check == "efficiency")
+    timed = {name for check in efficiency for name in check.runs}
+    checked = next(run.name for run in practical.assignment.runs if run.name not in timed and run.layout.world_size >= 2)
+    exit_check = next(check for check in practical.assignment.checks if check.check == "clean_exit")
+    checks = (replace(exit_check, runs=(checked,)), *efficiency)
     wanted = {name for check in checks for name in check.runs}
     return Practical(replace(practical.assignment, checks=checks, runs=tuple(run for run in practical.assignment.runs if run.name in wanted)), practical.module, practical.course)
 
