@@ -1,7 +1,7 @@
 """The class report for staff (`grader report RESULTS_DIR --out report.html`): per practical,
 over the submissions that count (grader.collect, with the course's policy), the distribution of
-final scores, each check's pass rate, the most frequent failure messages, how many were late
-or ended in an autograder error, and the pairs of alike submissions (grader.similarity).
+final scores, each check's pass rate, the most frequent kinds of failure (`failure_kind`), who
+was late and what it cost, how many ended in an autograder error, and the pairs of alike submissions (grader.similarity).
 
 One self-contained HTML file: the plots are PNGs (matplotlib, Agg) inside it, it loads nothing
 and runs no script. Everything that came from a submission or the store is HTML-escaped.
@@ -12,6 +12,7 @@ import base64
 import collections
 import html
 import io
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Iterable
@@ -43,10 +44,21 @@ class PracticalStats:
     maximum: float
     finals: tuple[float, ...]  # per student, after the late policy
     checks: tuple[CheckRate, ...]
-    messages: tuple[tuple[str, str, int], ...]  # (check, first line of its feedback, students), most frequent first
-    late: int
+    messages: tuple[tuple[str, str, int], ...]  # (check, a kind of failure: `failure_kind`, students), most frequent first
+    late: tuple[tuple[str, str], ...]  # (student, what the policy made of it), in the students' order
     errors: int  # counted submissions that ended in an autograder error
     pairs: tuple[Pair, ...]
+
+
+NUMBER = re.compile(r"(?<![A-Za-z_\d])\d+(?:\.\d+)?")  # not a name's digits: p6_ddp.py, ws2, cuda keep theirs
+
+
+def failure_kind(summary: str) -> str:
+    """What a failure is, without what differs from one submission to the next: the first line
+    of a check's feedback, every number in it (timings, ratios, ranks, line numbers) as #, so
+    that the same mistake in many submissions is one row."""
+    first = (summary.strip().splitlines() or [""])[0]
+    return NUMBER.sub("#", first)[:MESSAGE_CHARS]
 
 
 def practical_stats(practical: str, counted: list[Chosen], maximum: float, pairs: Iterable[Pair] = ()) -> PracticalStats:
@@ -55,6 +67,7 @@ def practical_stats(practical: str, counted: list[Chosen], maximum: float, pairs
     titles: dict[str, str] = {}
     messages: collections.Counter = collections.Counter()
     for chosen in counted:
+        kinds = set()
         for check in read_report(chosen.entry.document).checks:
             if check.status is Status.DEFERRED:
                 continue
@@ -63,15 +76,15 @@ def practical_stats(practical: str, counted: list[Chosen], maximum: float, pairs
             tally[0] += check.status is Status.PASSED
             tally[1] += 1
             if check.status is not Status.PASSED:
-                first = (check.summary.strip().splitlines() or [""])[0][:MESSAGE_CHARS]
-                messages[(check.id, first)] += 1
+                kinds.add((check.id, failure_kind(check.summary)))
+        messages.update(kinds)  # a student counts once for each kind of failure
     return PracticalStats(
         practical=practical,
         maximum=maximum,
         finals=tuple(chosen.final for chosen in counted),
         checks=tuple(CheckRate(check, titles[check], passed, graded) for check, (passed, graded) in rates.items()),
         messages=tuple((check, text, n) for (check, text), n in messages.most_common(TOP_MESSAGES)),
-        late=sum(1 for chosen in counted if chosen.late),
+        late=tuple((chosen.entry.student, chosen.lateness.effect) for chosen in counted if chosen.late),
         errors=sum(1 for chosen in counted if autograder_error_of(chosen.entry.document)),
         pairs=tuple(p for p in pairs if p.practical == practical),
     )
@@ -96,12 +109,14 @@ def _plots(stats: PracticalStats) -> tuple[str, str]:
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     scores = Figure(figsize=(5, 2.6))
     axis = scores.subplots()
     axis.hist(stats.finals, bins=max(1, min(20, int(stats.maximum) or 1)), range=(0, stats.maximum or 1), color="#3b6ea5", edgecolor="white")
     axis.set_xlabel("final score")
     axis.set_ylabel("students")
+    axis.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of students is a whole number
     axis.set_title(f"{stats.practical}: scores out of {stats.maximum:g}")
     rates = Figure(figsize=(5, 0.4 + 0.32 * max(1, len(stats.checks))))
     bars = rates.subplots()
@@ -119,20 +134,24 @@ def _section(stats: PracticalStats) -> str:
     finals = stats.finals
     summary = (
         f"{len(finals)} students · mean {statistics.fmean(finals):.1f} · median {statistics.median(finals):g} "
-        f"of {stats.maximum:g} · {stats.late} late · {stats.errors} autograder error(s)" if finals else "no submissions"
+        f"of {stats.maximum:g} · {len(stats.late)} late · {stats.errors} autograder error(s)" if finals else "no submissions"
     )
     histogram, rates = _plots(stats)
     rows = "".join(f"<tr><td><code>{_e(c.check)}</code></td><td>{_e(c.title)}</td><td>{c.passed}/{c.graded}</td><td>{c.rate:.0%}</td></tr>" for c in stats.checks)
     messages = "".join(f"<tr><td><code>{_e(check)}</code></td><td>{_e(text)}</td><td>{n}</td></tr>" for check, text, n in stats.messages)
     pairs = "".join(f"<tr><td>{_e(p.first)}</td><td>{_e(p.second)}</td><td>{_e(p.describe)}</td></tr>" for p in stats.pairs)
+    late = "".join(f"<tr><td>{_e(student)}</td><td>{_e(effect)}</td></tr>" for student, effect in stats.late)
     return f"""<section id="{_e(stats.practical)}">
 <h2>{_e(stats.practical)}</h2>
 <p class="summary">{_e(summary)}</p>
 <div class="plots"><img alt="{_e(stats.practical)} score distribution" src="{histogram}"><img alt="{_e(stats.practical)} pass rate per check" src="{rates}"></div>
 <h3>Pass rate of each check</h3>
 <table><tr><th>check</th><th>title</th><th>passed</th><th>rate</th></tr>{rows}</table>
-<h3>Most frequent failure messages</h3>
-<table><tr><th>check</th><th>message</th><th>students</th></tr>{messages or '<tr><td colspan="3">none</td></tr>'}</table>
+<h3>Most frequent failures</h3>
+<p>Each check's first line of feedback, its numbers (timings, ranks, lines) as #: one row per kind of failure.</p>
+<table><tr><th>check</th><th>failure</th><th>students</th></tr>{messages or '<tr><td colspan="3">none</td></tr>'}</table>
+<h3>Late</h3>
+<table><tr><th>student</th><th>what the late policy made of it</th></tr>{late or '<tr><td colspan="2">none</td></tr>'}</table>
 <h3>Alike submissions</h3>
 <table><tr><th>student</th><th>student</th><th>how alike</th></tr>{pairs or '<tr><td colspan="3">none flagged</td></tr>'}</table>
 </section>

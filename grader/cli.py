@@ -248,6 +248,7 @@ def _parser() -> argparse.ArgumentParser:
     hi.add_argument("repo", type=Path, help="the bare repository")
     backend_options(hi)
     hi.add_argument("--student", help="whose repository (default: its folder name without .git)")
+    hi.add_argument("--allow-root", action="store_true", help="install it as root all the same (the hook then runs as root on every push)")
     hr = hooks.add_parser("receive", help="(run by the installed hook) queue what a push brought")
     hr.add_argument("--repo", type=Path, required=True, help="the bare repository")
     hr.add_argument("--student", required=True, help="whose repository")
@@ -257,6 +258,7 @@ def _parser() -> argparse.ArgumentParser:
     ro.add_argument("roster", type=Path, help="CSV file: a header line with a `student` column (other columns are ignored), then one student a line")
     ro.add_argument("--repos", type=Path, required=True, help="the folder of the repositories: each student's is REPOS/<student>.git")
     ro.add_argument("--practicals", type=_id_list, help="comma-separated practical ids the export holds, e.g. p4,p6 (default: all the course's)")
+    ro.add_argument("--allow-root", action="store_true", help="make them as root all the same (root's account then serves the pushes and runs the hook)")
     backend_options(ro)
 
     rg = commands.add_parser("regrade", help="grade stored results again (keeping the earlier ones): by practical, student, commit, errors or stale")
@@ -573,8 +575,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     answers = args.answers or args.csv.with_name(args.csv.stem + ".answers.csv")
     write_grades(table, args.csv)
     write_answers(table, answers)
-    late = sum(1 for row in table.values() for chosen in row.values() if chosen.late)
-    print(f"{len(table)} students; grades in {args.csv}, free-text answers in {answers}; {late} late")
+    late = [f"{student} ({practical}: {chosen.lateness.effect})" for student, row in table.items() for practical, chosen in row.items() if chosen.late]
+    print(f"{len(table)} students; grades in {args.csv}, free-text answers in {answers}; {len(late)} late{': ' if late else ''}{', '.join(late)}")
     return 0
 
 
@@ -718,9 +720,26 @@ def cmd_work(args: argparse.Namespace) -> int:
     return 0
 
 
+AS_ROOT = (
+    "error: {command} as root: the students' pushes would reach root's account (their keys in root's authorized_keys) and the hook would run as root "
+    "on every push. Run it as a dedicated git account that owns the repositories and can write the results store (docs/admins.md), "
+    "or pass --allow-root if root is meant."
+)
+
+
+def _refused_as_root(args: argparse.Namespace, command: str) -> bool:
+    """Whether `command` (roster, hook install) is run as root without --allow-root: then it says why on stderr."""
+    if os.geteuid() != 0 or args.allow_root:
+        return False
+    print(AS_ROOT.format(command=command), file=sys.stderr)
+    return True
+
+
 def cmd_hook(args: argparse.Namespace) -> int:
     course = _course(args)
     if args.hook_command == "install":
+        if _refused_as_root(args, "hook install"):
+            return 2
         try:
             path = hook.install(args.repo, args.results_dir, args.backend, _job_options(args), course.root, args.student)
         except ValueError as exc:
@@ -739,6 +758,8 @@ def cmd_hook(args: argparse.Namespace) -> int:
 
 def cmd_roster(args: argparse.Namespace) -> int:
     """Each student's repository of the roster; exit 1 when one (or all) could not be made."""
+    if _refused_as_root(args, "roster"):
+        return 2
     course = _course(args)
     practicals = args.practicals or list(course.practicals)
     unknown = [p for p in practicals if p not in course.practicals]

@@ -50,7 +50,7 @@ def test_collect_takes_the_latest_submission_before_the_deadline(tmp_path: Path)
     grades, answers = tmp_path / "grades.csv", tmp_path / "answers.csv"
     done = run_cli("collect", str(store.root), "--csv", str(grades), "--answers", str(answers), "--deadline", "2026-12-02T23:59:00+00:00")
     assert done.returncode == 0, done.stderr
-    assert "2 students" in done.stdout and "1 late" in done.stdout
+    assert "2 students" in done.stdout and "; 1 late: bob (p6: 2 day(s) late: no penalty)" in done.stdout
     rows = list(csv.DictReader(grades.open()))
     alice, bob = rows
     assert (alice["student"], alice["p6.commit"], alice["p6.score"], alice["p6.max"], alice["p6.rank_setup"], alice["p6.grad_sync"], alice["p6.late"], alice["p6.later_submissions"]) == ("alice", "a2", "2", "4", "2", "0", "no", "1")

@@ -55,6 +55,9 @@ def graded(score: float, failure: str) -> dict:
     return to_gradescope(GradingReport("p6", "DDP", checks))
 
 
+WAITED = "ws2: rank {rank} waited {seconds}s at p6_ddp.py:{line} for a collective the others never made"  # one kind of failure, its numbers each student's own
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> ResultsStore:
     """Six students' p6: two identical, one renamed copy, two of their own, one untouched template."""
@@ -69,7 +72,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> ResultsStore:
         ("frank", own_work().replace("print(", "print('frank', "), 0.0, "2026-12-01T12:00:00Z"),
     ]:
         repo, commit = student_repository(tmp_path, student, code)
-        failure = HOSTILE if student == "dave" else "no all-reduce at all: is the model wrapped in DistributedDataParallel?"
+        failure = HOSTILE if student == "dave" else WAITED.format(rank=1, seconds=6.2, line=108) if student == "frank" else WAITED.format(rank=0, seconds=12.5, line=97) if student == "erin" else "no all-reduce at all: is the model wrapped in DistributedDataParallel?"
         results.save(graded(score, failure), {"student": student, "practical": "p6", "commit": commit, "submitted_at": when, "source": {"kind": "git", "repo": repo}})
     return results
 
@@ -107,7 +110,8 @@ def test_the_class_report_holds_each_table_and_escapes_what_students_wrote(store
     text = page.read_text()
     assert "6 students · mean 5.0 · median 5 of 8 · 1 late · 0 autograder error(s)" in text
     assert "<td>Gradients averaged</td><td>3/6</td><td>50%</td>" in text
-    assert "<td>no all-reduce at all: is the model wrapped in DistributedDataParallel?</td><td>2</td>" in text
+    assert "<td>ws2: rank # waited #s at p6_ddp.py:# for a collective the others never made</td><td>2</td>" in text  # erin's and frank's: one kind
+    assert re.search(r"<h3>Late</h3>\n<table><tr><th>student</th><th>what the late policy made of it</th></tr><tr><td>carol</td><td>[^<]*late[^<]*</td></tr></table>", text), text[text.find("<h3>Late"):][:400]
     assert "<img src=x" not in text and "&lt;img src=x onerror=&quot;document.title=&#x27;pwned&#x27;&quot;&gt;" in text
     assert "<td>alice</td><td>bob</td><td>identical</td>" in text
     assert text.count("data:image/png;base64,") == 2

@@ -25,7 +25,7 @@ def test_the_export_holds_templates_public_checks_and_the_self_check(tmp_path: P
     assert {"assignments/p6/p6_ddp.py", "assignments/p5/answers.yaml", "assignments/p4/p4_concepts.ipynb", "course.yaml", "README.md", "pyproject.toml", "scripts/setup.sh", ".github/workflows/student-self-check.yml", "grader/cli.py", "grader/probe/zygote.py"} <= files
     assert not [f for f in files if f.startswith(("solutions/", "tests/", "bench/", ".ci/", "templates/", "calibration/"))]
     readme = (out / "README.md").read_text()
-    assert "## Reading your feedback" in readme and read_command("p6") in readme  # the push's own hint, and how to read the feedback
+    assert "## Reading your feedback" in readme and read_command("p5") in readme  # the push's own hint, and how to read the feedback (of the first practical with a script)
     spec = yaml.safe_load((out / "assignments" / "p6" / "assignment.yaml").read_text())
     assert [c["id"] for c in spec["checks"]] == ["rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit", "efficiency", "ddp_vs_dp"]
     assert "python -m grader check" in (out / ".github" / "workflows" / "student-self-check.yml").read_text()

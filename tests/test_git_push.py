@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from grader.submit.dispatch import WAITING_FOR_SLOT
-from helpers import ROOT, checks_by_id, copy_course, git, needs, run_cli, sandbox_problem
+from helpers import AS_ME, ROOT, checks_by_id, copy_course, git, needs, run_cli, sandbox_problem
 from p6_variants import VARIANTS
 from slurm_cluster import SlurmCluster, slurm_problem
 
@@ -32,7 +32,7 @@ def course_repository(tmp_path: Path, student: str, results: Path, *hook_args: s
     git("commit", "-qm", "the course's templates", cwd=seed)
     bare = tmp_path / f"{student}.git"
     git("clone", "-q", "--bare", str(seed), str(bare), cwd=tmp_path)
-    done = run_cli("--course-root", str(course), "hook", "install", str(bare), "--results-dir", str(results), *hook_args, env=env)
+    done = run_cli("--course-root", str(course), "hook", "install", str(bare), "--results-dir", str(results), *AS_ME, *hook_args, env=env)
     assert done.returncode == 0 and done.stdout.strip() == f"installed {bare / 'hooks' / 'post-receive'}", done.stderr
     clone = tmp_path / student
     git("clone", "-q", str(bare), str(clone), cwd=tmp_path)

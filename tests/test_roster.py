@@ -15,7 +15,7 @@ from grader.course import load_course
 from grader.store import ResultsStore
 from grader.submit import roster
 from grader.submit.reconcile import reconcile
-from helpers import ROOT, git, run_cli
+from helpers import AS_ME, ROOT, git, run_cli
 
 STUDENTS = ("alice", "bob", "carol")
 # a spreadsheet's CSV: a byte order mark, extra columns, spaces around cells, a blank line
@@ -27,7 +27,7 @@ def make(tmp_path: Path, text: str, *extra: str, env: dict | None = None) -> sub
     tmp_path/repos, the store in tmp_path/results."""
     path = tmp_path / "roster.csv"
     path.write_text(text, encoding="utf-8")
-    return run_cli("roster", str(path), "--repos", str(tmp_path / "repos"), "--results-dir", str(tmp_path / "results"), "--practicals", "p6", *extra, env=env)
+    return run_cli("roster", str(path), "--repos", str(tmp_path / "repos"), "--results-dir", str(tmp_path / "results"), "--practicals", "p6", *AS_ME, *extra, env=env)
 
 
 def files_of(folder: Path) -> dict[str, bytes]:
@@ -66,7 +66,7 @@ def test_a_roster_of_three_makes_three_bare_repositories_seeded_with_the_export_
     # the hook is `hook install`'s own: installing it again by hand writes the same bytes
     hook = repos / "alice.git" / "hooks" / "post-receive"
     before = hook.read_bytes()
-    installed = run_cli("hook", "install", str(repos / "alice.git"), "--results-dir", str(results))
+    installed = run_cli("hook", "install", str(repos / "alice.git"), "--results-dir", str(results), *AS_ME)
     assert installed.returncode == 0, installed.stderr
     assert hook.read_bytes() == before
 
@@ -217,3 +217,22 @@ def test_a_roster_that_is_not_utf8_is_refused_naming_the_line(tmp_path: Path) ->
     assert refused.value.problems == ["line 3: not UTF-8 text (save the file as CSV UTF-8)"]
     path.write_text("student , email\r\n  alice  , a@example.org\r\nbob\r\n")  # Windows line ends, a short row
     assert roster.read_roster(path) == ["alice", "bob"]
+
+
+def test_roster_and_hook_install_refuse_root_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """As root, `roster` and `hook install` would put the students' pushes into root's account
+    and run the hook as root: both refuse (a user's mistake, exit 2) and say what to do, and
+    make nothing; --allow-root makes them."""
+    import grader.cli as cli
+
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    (tmp_path / "roster.csv").write_text(ROSTER, encoding="utf-8")
+    repos, results = tmp_path / "repos", tmp_path / "results"
+    for command in (["roster", str(tmp_path / "roster.csv"), "--repos", str(repos), "--practicals", "p6"], ["hook", "install", str(tmp_path / "alice.git")]):
+        assert cli.main([*command, "--results-dir", str(results)]) == 2
+        error = capsys.readouterr().err
+        assert f"error: {' '.join(command[:2]) if command[0] == 'hook' else 'roster'} as root: the students' pushes would reach root's account" in error
+        assert "Run it as a dedicated git account" in error and "or pass --allow-root if root is meant" in error
+    assert not repos.exists() and not results.exists()
+    assert cli.main(["roster", str(tmp_path / "roster.csv"), "--repos", str(repos), "--practicals", "p6", "--results-dir", str(results), "--allow-root"]) == 0
+    assert sorted(p.name for p in repos.iterdir()) == [f"{s}.git" for s in STUDENTS]

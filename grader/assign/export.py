@@ -7,7 +7,8 @@ What goes in is an allow-list, nothing else:
                            modules of the exported practicals (a module that starts with the line
                            `# grader: private` never goes out)
   pyproject.toml, scripts/setup.sh
-  course.yaml, README.md   made for the export (README from templates/student/)
+  course.yaml, README.md   made for the export (README from templates/student/, its examples
+                           naming a practical the export holds: `student_readme`)
   .github/workflows/student-self-check.yml   the self-check on every push
 Every export is scanned before anything is written: a line of any practical's solution, a
 solution marker, an answer of an answer key (solutions/<id>/answer_key.yaml, which stays home)
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from string import Template
 
 import yaml
 
@@ -100,6 +102,8 @@ def build_export(course: Course, practicals: list[str]) -> Export:
     for path in sorted(templates.rglob("*")) if templates.is_dir() else []:
         if path.is_file():
             files[path.relative_to(templates).as_posix()] = path.read_bytes()
+    if "README.md" in files:
+        files["README.md"] = student_readme(files["README.md"].decode("utf-8"), course, practicals).encode("utf-8")
     files[STUDENT_WORKFLOW] = (course.root / STUDENT_WORKFLOW).read_bytes()
     public = public_lines(course)
     secrets = [line for practical in course.practicals for line in solution_lines(course, practical, public)]
@@ -110,6 +114,16 @@ def build_export(course: Course, practicals: list[str]) -> Export:
     if problems:
         raise ExportRefused(problems)
     return Export(files=files)
+
+
+def student_readme(template: str, course: Course, practicals: list[str]) -> str:
+    """templates/student/README.md for an export of `practicals`: `$practicals_table` (each
+    practical's id and title), and in the examples `$practical` and `$script`, the first of
+    them whose script is a Python file (a notebook cannot be run by `grader run`)."""
+    specs = {practical: load_practical(course, practical).assignment for practical in practicals}
+    example = next((p for p in practicals if specs[p].script.endswith(".py")), practicals[0])
+    table = "\n".join(["| practical | what it is about |", "|---|---|", *(f"| `{p}` | {specs[p].title} |" for p in practicals)])
+    return Template(template).safe_substitute(practicals_table=table, practical=example, script=specs[example].script)
 
 
 def write_export(export: Export, out: Path) -> None:
