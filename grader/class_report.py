@@ -48,6 +48,7 @@ class PracticalStats:
     late: tuple[tuple[str, str], ...]  # (student, what the policy made of it), in the students' order
     errors: int  # counted submissions that ended in an autograder error
     pairs: tuple[Pair, ...]
+    pending: tuple[float, int] = (0.0, 0)  # points of deferred checks, neither given nor taken yet, and in how many submissions
 
 
 NUMBER = re.compile(r"(?<![A-Za-z_\d])\d+(?:\.\d+)?")  # not a name's digits: p6_ddp.py, ws2, cuda keep theirs
@@ -87,6 +88,7 @@ def practical_stats(practical: str, counted: list[Chosen], maximum: float, pairs
         late=tuple((chosen.entry.student, chosen.lateness.effect) for chosen in counted if chosen.late),
         errors=sum(1 for chosen in counted if autograder_error_of(chosen.entry.document)),
         pairs=tuple(p for p in pairs if p.practical == practical),
+        pending=(sum(sum(chosen.scores.pending.values()) for chosen in counted), sum(1 for chosen in counted if chosen.scores.pending)),
     )
 
 
@@ -136,6 +138,8 @@ def _section(stats: PracticalStats) -> str:
         f"{len(finals)} students · mean {statistics.fmean(finals):.1f} · median {statistics.median(finals):g} "
         f"of {stats.maximum:g} · {len(stats.late)} late · {stats.errors} autograder error(s)" if finals else "no submissions"
     )
+    if stats.pending[1]:
+        summary += f" · {stats.pending[0]:g} points pending in {stats.pending[1]} submission(s) (deferred checks, graded where they can be)"
     histogram, rates = _plots(stats)
     rows = "".join(f"<tr><td><code>{_e(c.check)}</code></td><td>{_e(c.title)}</td><td>{c.passed}/{c.graded}</td><td>{c.rate:.0%}</td></tr>" for c in stats.checks)
     messages = "".join(f"<tr><td><code>{_e(check)}</code></td><td>{_e(text)}</td><td>{n}</td></tr>" for check, text, n in stats.messages)

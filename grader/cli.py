@@ -64,7 +64,7 @@ from grader.results.channels import Delivered, FromText, Outcome, Problem, Route
 from grader.results.channels.markdown import SummaryFile
 from grader.results.escape import spreadsheet_cell, terminal_line
 from grader.observe.views import write_views
-from grader.results.gradescope import autograder_error_of, read_document, read_scores
+from grader.results.gradescope import autograder_error_of, read_report
 from grader.results.model import GradingReport, Status
 from grader.grade.session import CalibrationError, calibrate, grade_folder
 from grader.observe.run import observe_command
@@ -443,7 +443,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         full = not report.error and all(c.status in (Status.PASSED, Status.DEFERRED) for c in report.checks)
         deferred = [c.id for c in report.checks if c.status is Status.DEFERRED]
         later = f" (deferred, not graded here: {', '.join(deferred)})" if deferred else ""
-        print(f"==> {practical_id}: {report.score:g}/{report.max_score:g} {'FULL MARKS' if full else 'NOT FULL MARKS'}{later}\n")
+        print(f"==> {practical_id}: {report.headline()}: {'FULL MARKS' if full else 'NOT FULL MARKS'}{later}\n")
         if not full:
             failed.append(practical_id)
     if failed:
@@ -668,13 +668,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print("error: no result in time; the submission stays queued", file=sys.stderr)
         return 1
     path = store.path_for(submission.student, submission.practical, submission.commit)
-    scores = read_scores(read_document(path) or {})
-    _say(f"graded: {scores.total:g} points; {', '.join(f'{c} {s:g}' for c, s in scores.checks.items())}")
-    print(f"results: {path}")
     entry = store.entry(submission.student, submission.practical, submission.commit)
-    if args.markdown is not None and entry is not None:
+    seen = stored_report(entry, course.policy, datetime.datetime.now(datetime.timezone.utc)) if entry is not None else None  # what the student is shown
+    _say(f"graded: {seen.headline() if seen is not None else 'no readable result'}")
+    print(f"results: {path}")
+    if args.markdown is not None and entry is not None and seen is not None:
         summary = SummaryFile(args.markdown, graded_commit=entry.commit)
-        outcomes = deliver_all(stored_report(entry, course.policy, datetime.datetime.now(datetime.timezone.utc)), [Route(available()["markdown"], summary)])
+        outcomes = deliver_all(seen, [Route(available()["markdown"], summary)])
         return 0 if _delivered(outcomes) else 1
     return 0
 
@@ -789,11 +789,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     store = ResultsStore(args.results_dir)
     rows = [e for e in store.entries() if args.student in (None, e.student)]
     for entry in rows:
-        scores = read_scores(entry.document)
-        maximum = "?" if scores.max_score is None else f"{scores.max_score:g}"
         graded_at = entry.provenance.get("graded_at", "?")
         outcome = "failed (an autograder error; staff will regrade)" if autograder_error_of(entry.document) else "graded"
-        _say(f"{entry.student:<16} {entry.practical:<5} {entry.commit[:10]:<10} {scores.total:>6g}/{maximum:<6} {outcome} {graded_at}")
+        _say(f"{entry.student:<16} {entry.practical:<5} {entry.commit[:10]:<10} {outcome} {graded_at}: {read_report(entry.document).headline()}")
     for problem in open_problems(store):
         _say(f"PROBLEM on {problem.node}, {problem.count} submission(s) since {problem.first_seen}: {problem.message}", sys.stderr)
         _say("  fix it, then: python -m grader regrade --results-dir DIR --errors", sys.stderr)

@@ -4,8 +4,10 @@ The course's policy (course.yaml: deadlines per practical, extensions per studen
 penalty and cut-off; grader/policy.py) decides which submission counts and what it scores: the
 latest one made by the student's deadline, unless a later one scores more after its penalty
 (`--deadline` sets one deadline for every practical instead). One CSV row per student: per
-practical the commit, the score, the maximum, each check's score, how late it was, the
-policy's effect and the final score; then the overall final total and maximum. Free-text
+practical the commit, the score, the maximum (the practical's total, its spec's points, as
+everywhere), the points pending (checks deferred to a machine that can grade them: `pending`
+in their columns, not 0), each check's score, how late it was, the policy's effect and the
+final score; then the overall final total and maximum. Free-text
 answers go to a second CSV (student, practical, question, answer) for the people who grade
 them. Every cell is made visible and guarded against being read as a spreadsheet formula
 (grader.results.escape.spreadsheet_cell).
@@ -91,23 +93,32 @@ def practical_order(table: dict[str, dict[str, Chosen]]) -> list[str]:
 
 
 def maxima(table: dict[str, dict[str, Chosen]]) -> dict[str, float]:
-    """practical -> its maximum score (the largest any counted result states)."""
+    """practical -> its total: its spec's points, as the counted results state them (the same
+    total in every place the grade appears; a result from before totals were stored: the
+    largest maximum any states)."""
     found: dict[str, float] = {}
     for row in table.values():
         for practical, chosen in row.items():
-            found[practical] = max(found.get(practical, 0.0), chosen.scores.max_score or 0.0)
+            scores = chosen.scores
+            found[practical] = max(found.get(practical, 0.0), scores.total_points if scores.total_points is not None else scores.max_score or 0.0)
     return found
+
+
+def _check_cell(scores: Scores, check: str) -> str:
+    """A check's score in the grades, or 'pending' where it was deferred (its points neither
+    given nor taken until a grading that can grade it)."""
+    return "pending" if check in scores.pending else f"{scores.checks.get(check, 0):g}"
 
 
 def write_grades(table: dict[str, dict[str, Chosen]], path: Path) -> None:
     """One row per student: per practical commit, score, max, checks, lateness, policy, final;
     then the final total and its maximum."""
     practicals = practical_order(table)
-    checks = {p: sorted({c for row in table.values() if p in row for c in row[p].scores.checks}) for p in practicals}
+    checks = {p: sorted({c for row in table.values() if p in row for c in (*row[p].scores.checks, *row[p].scores.pending)}) for p in practicals}
     top = maxima(table)
     header = ["student"]
     for p in practicals:
-        header += [f"{p}.commit", f"{p}.score", f"{p}.max", *(f"{p}.{c}" for c in checks[p]), f"{p}.late", f"{p}.days_late", f"{p}.policy", f"{p}.total", f"{p}.later_submissions", f"{p}.autograder_error"]
+        header += [f"{p}.commit", f"{p}.score", f"{p}.max", f"{p}.pending", *(f"{p}.{c}" for c in checks[p]), f"{p}.late", f"{p}.days_late", f"{p}.policy", f"{p}.total", f"{p}.later_submissions", f"{p}.autograder_error"]
     header += ["total", "max"]
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -118,12 +129,12 @@ def write_grades(table: dict[str, dict[str, Chosen]], path: Path) -> None:
             for p in practicals:
                 chosen = row.get(p)
                 if chosen is None:
-                    line += ["", "", f"{top[p]:g}", *([""] * len(checks[p])), "", "", "not submitted", "0", "", ""]
+                    line += ["", "", f"{top[p]:g}", "", *([""] * len(checks[p])), "", "", "not submitted", "0", "", ""]
                     continue
                 scores = chosen.scores
                 overall += chosen.final
                 line += [
-                    chosen.entry.commit, f"{scores.total:g}", f"{top[p]:g}", *(f"{scores.checks.get(c, 0):g}" for c in checks[p]),
+                    chosen.entry.commit, f"{scores.total:g}", f"{top[p]:g}", f"{sum(scores.pending.values()):g}", *(_check_cell(scores, c) for c in checks[p]),
                     "yes" if chosen.late else "no", chosen.lateness.days_late, chosen.lateness.effect, f"{chosen.final:g}", chosen.later,
                     "yes: regrade it (grader regrade --errors)" if autograder_error_of(chosen.entry.document) else "",
                 ]

@@ -90,8 +90,8 @@ for path in ("results.json", "../results.json", "{canary}"):
             json.dump({{"score": 100, "tests": []}}, handle)
     except OSError:
         pass
-print('{{"score": 100.0, "output": "Score: 18 / 18"}}')
-print("Score: 18 / 18  FULL MARKS")
+print('{{"score": 100.0, "output": "Score: 18 of 18 points"}}')
+print("Score: 18 of 18 points: FULL MARKS")
 sys.exit(0)
 """
 
@@ -170,7 +170,7 @@ except OSError as exc:
     print("no secret:", type(exc).__name__)
 with open("results.json", "w") as handle:
     handle.write('{{"score": 999}}')
-print("Score: 18 / 18")
+print("Score: 18 of 18 points")
 subprocess.Popen(["sleep", "300"], start_new_session=True)
 """
 

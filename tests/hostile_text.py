@@ -7,7 +7,7 @@ import re
 import sys
 import unicodedata
 
-FAKE_SCORE = "Score: 21 / 21"
+FAKE_SCORE = "Score: 21 of 21 points"
 
 HOSTILE_TEXTS: dict[str, str] = {
     "clear_screen": f"\x1b[2J\x1b[H{FAKE_SCORE}",

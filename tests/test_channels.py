@@ -15,7 +15,7 @@ import grader.results.channels as channels
 from grader.cli import _asked_routes, _emit, _parser
 from grader.results.channels import Delivered, Outcome, Problem, Route, available, deliver_all
 from grader.results.channels.markdown import SummaryFile
-from grader.results.model import CheckResult, GradingReport, Status
+from grader.results.model import CheckResult, GradingReport, Later, Status
 
 
 def report() -> GradingReport:
@@ -121,7 +121,7 @@ def test_a_new_channel_in_one_file_receives_the_report_and_a_broken_one_stops_no
     assert out.read_text() == "p6 2/7"  # the new channel got the report, after the broken one
     assert json.loads(results.read_text())["score"] == 2.0 and "| 2 | Sync | 0/5 | ❌ fail |" in summary.read_text()
     printed = capsys.readouterr()
-    assert "Score: 2 / 7" in printed.out and f"results written to {results}" in printed.out
+    assert "Score: 2 of 7 points" in printed.out and f"results written to {results}" in printed.out
     assert printed.err.strip() == "error: exploding: OSError: cannot reach somewhere"
     for name in ("recorder", "exploding"):
         monkeypatch.delitem(sys.modules, f"grader.results.channels.{name}", raising=False)
@@ -183,10 +183,11 @@ def test_verify_delivers_each_reference_grading_to_the_console_and_its_results_f
     import grader.cli as cli
 
     busy = "timed: the machine was busy: in 4 of 4 rounds of launches other processes used more than 10% of the machine's CPU time"
-    full = GradingReport("p6", "DDP", (CheckResult("rank_setup", "Ranks", 1, 2.0, 2.0, Status.PASSED, "ok"), CheckResult("efficiency", "Speed", 2, 0.0, 2.0, Status.DEFERRED, busy)))
+    full = GradingReport("p6", "DDP", (CheckResult("rank_setup", "Ranks", 1, 2.0, 2.0, Status.PASSED, "ok"), CheckResult("efficiency", "Speed", 2, 0.0, 2.0, Status.DEFERRED, busy, later=Later.QUIET_MACHINE)))
     monkeypatch.setattr(cli, "_grade_folder", lambda *args, **kwargs: full if args[0].id == "p6" else report())
     assert cli.main(["verify", "p6", "p10", "--results-dir", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "==> p6: 2/2 FULL MARKS (deferred, not graded here: efficiency)" in out and "the machine was busy" in out and "==> p10: 2/7 NOT FULL MARKS" in out and "reference solutions below full marks: p10" in out
-    assert "Score: 2 / 2" in out  # the console channel's table
+    assert "==> p6: 2 of 4 points so far — 2 graded on a quiet machine: FULL MARKS (deferred, not graded here: efficiency)" in out and "the machine was busy" in out
+    assert "==> p10: 2 of 7 points: NOT FULL MARKS" in out and "reference solutions below full marks: p10" in out
+    assert "Score: 2 of 4 points so far — 2 graded on a quiet machine" in out  # the console channel's table
     assert json.loads((tmp_path / "p6.json").read_text())["score"] == 2

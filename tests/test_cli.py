@@ -13,7 +13,7 @@ import pytest
 
 from grader.cli import _check_status, _parser, main
 from grader.results.classroom import reporter_points
-from helpers import ROOT, SCHEMA, checks_by_id, load_results, run_cli
+from helpers import ROOT, SCHEMA, load_results, run_cli
 
 
 def test_list_shows_practicals_checks_points_and_visibility(capsys: pytest.CaptureFixture) -> None:
@@ -100,20 +100,50 @@ def test_the_self_check_exits_1_when_a_check_fails_unless_told_otherwise(tmp_pat
 
 
 @pytest.mark.slow
-def test_the_self_check_runs_public_checks_on_the_template_by_default(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    summary = tmp_path / "summary.md"
-    results = tmp_path / "r.json"
-    classroom = tmp_path / "classroom.txt"
-    assert main(["check", "p6", "--world-size", "2", "--markdown", str(summary), "--results", str(results), "--classroom", str(classroom)]) == 1  # its checks fail: CI shows it
+def test_one_grade_everywhere_a_half_done_p6_reads_of_the_same_total_in_every_place(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A p6 whose model is never wrapped in DDP, self-checked (console, markdown, Classroom) and
+    graded by Gradescope's run_autograder; its result stored as a push's, its feedback on the
+    branch, collected, and `list`: every place states the practical's 21 points, and names the
+    points not given yet and where they come from, never as lost."""
+    import subprocess
+
+    from grader.course import load_course
+    from grader.results.gradescope import read_report
+    from grader.store import ResultsStore
+    from grader.submit.queue import Submission
+    from grader.submit.worker import deliver
+    from p6_variants import VARIANTS
+    from test_gradescope import autograder, run_autograder
+
+    folder = next(v for v in VARIANTS if v.name == "not_wrapped").write(tmp_path / "half-done", "p6")
+    summary, results, classroom = tmp_path / "summary.md", tmp_path / "r.json", tmp_path / "classroom.txt"
+    assert main(["check", "p6", str(folder), "--world-size", "2", "--markdown", str(summary), "--results", str(results), "--classroom", str(classroom)]) == 1  # its checks fail: CI shows it
     out = capsys.readouterr().out
+    self_check = "Score: 9 of 21 points so far — 1 graded on a GPU node, 6 graded by the autograder"  # efficiency (2, not timed here) and params_sync (4, not run here); ddp_vs_dp (1) on a GPU node
+    assert self_check in out and f"**{self_check}**" in summary.read_text()
     document = json.loads(base64.b64decode(classroom.read_text()))
-    assert document["status"] == "fail" and all(t["line_no"] == 0 for t in document["tests"])
-    logged, noticed, _ = reporter_points(document)  # the reporter's log and Classroom's points: the self-check's score
-    assert logged == pytest.approx(load_results(results)["score"]) and noticed == pytest.approx(load_results(results)["score"])
-    assert "TODO 1: initialise the process group" in out
-    checks = checks_by_id(load_results(results))
-    assert "params_sync" not in checks and set(checks) == {"rank_setup", "device_mapping", "batch_shard", "grad_sync", "clean_exit", "efficiency", "ddp_vs_dp"}
-    assert "| 1 | Rank, local rank and world size match the launcher | 0/2 | ❌ fail |" in summary.read_text()
+    logged, noticed, maximum = reporter_points(document)  # the reporter's log and Classroom's points: the self-check's score, of the practical's total
+    assert (noticed, maximum) == (9, 21) and logged == pytest.approx(9)
+    assert "| 4 | Gradients are all-reduced in backward and equal the full-batch gradient | 0/5 | ❌ fail |" in summary.read_text()
+
+    graded = run_autograder(autograder(tmp_path, "p6"), folder)  # Gradescope: every check, the GPU's deferred
+    shown = sum(t["score"] for t in graded["tests"] if t["visibility"] == "visible")
+    assert graded["extra_data"]["total_points"] == 21 and graded["extra_data"]["headline"] == f"{graded['score']:g} of 21 points so far — 1 graded on a GPU node"  # staff's: every check
+    assert f"Score: {shown:g} of 21 points so far — 1 graded on a GPU node, 4 shown after the deadline\n" in graded["output"]  # the student's view: params_sync's points named, not its score
+
+    repo = tmp_path / "alice.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
+    store, course = ResultsStore(tmp_path / "store"), load_course(ROOT)
+    push = Submission("alice", "p6", "a" * 40, {"kind": "git", "repo": str(repo)})
+    store.save(graded, {"student": "alice", "practical": "p6", "commit": push.commit, "submitted_at": push.submitted_at, "source": push.source})
+    assert deliver(store, course, push, read_report(graded)) == "; feedback on the repository's feedback branch"
+    branch = subprocess.run(["git", "--git-dir", str(repo), "show", "feedback:p6.md"], capture_output=True, text=True, check=True).stdout
+    assert f"**Score: {shown:g} of 21 points so far — 1 graded on a GPU node, 4 shown after the deadline**" in branch
+
+    assert main(["collect", str(store.root), "--csv", str(tmp_path / "grades.csv")]) == 0
+    row = dict(zip(*[line.split(",") for line in (tmp_path / "grades.csv").read_text().splitlines()]))
+    assert (row["p6.max"], row["p6.pending"], row["p6.ddp_vs_dp"], row["p6.score"], row["max"]) == ("21", "1", "pending", f"{graded['score']:g}", "21")
+    assert main(["list"]) == 0 and "p6: DistributedDataParallel under torchrun — 21 points" in capsys.readouterr().out
 
 
 def test_a_self_check_writes_into_a_folder_of_its_own_and_keeps_only_the_latest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

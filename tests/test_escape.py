@@ -85,7 +85,7 @@ def test_cap_says_how_much_it_left_out() -> None:
 
 
 def test_terminal_line_is_one_capped_visible_line() -> None:
-    assert terminal_line(f"boom\n{FAKE_SCORE}\x1b[2J") == "boom\\nScore: 21 / 21\\x1b[2J"
+    assert terminal_line(f"boom\n{FAKE_SCORE}\x1b[2J") == "boom\\nScore: 21 of 21 points\\x1b[2J"
     assert terminal_line("\x00" * 10, 3) == "\\x00\\x00\\x00… (7 more characters)"
 
 
@@ -172,7 +172,7 @@ HOSTILE_REPORTS = {"all": ALL_HOSTILE, **HOSTILE_TEXTS, "huge": HUGE_TEXT + ALL_
 
 def assert_safe_console(text: str, acting: frozenset[str]) -> None:
     assert raw_acting(text, acting) == []
-    real = "Score: 2 / 4  (1 more points deferred: not gradable on this machine)"
+    real = "Score: 2 of 5 points so far — 1 graded in a regrade"
     assert [line for line in text.splitlines() if line.startswith("Score:")] == [real]
     assert len(text) < 200_000
 
@@ -243,7 +243,7 @@ def test_ordinary_text_renders_as_before() -> None:
     report = GradingReport("p6", "DDP under torchrun", checks, runs, 12.3, {"host": "vm-1", "seed": 5}, notes=notes, manual=manual)
     assert console_table(report) == (
         "p6: DDP under torchrun\n\n  #  check                         points  result\n  1  Ranks match the launcher         2/2  PASS\n"
-        "  2  Gradients — 1.2× its time        0/5  FAIL\n\nScore: 2 / 7\ngraded in 12.3 s, on vm-1, seed 5\n"
+        "  2  Gradients — 1.2× its time        0/5  FAIL\n\nScore: 2 of 7 points\ngraded in 12.3 s, on vm-1, seed 5\n"
         "1 of 1 free-text answers collected for manual grading\n\nFeedback:\n  ✓ 1. Ranks match the launcher: ok\n"
         "  ✗ 2. Gradients — 1.2× its time: ws2: gradients differ at fc.weight[3, 4]\n\n"
         "Notes:\n  line 3: the cell magic %%time was ignored\n\n"
@@ -251,7 +251,7 @@ def test_ordinary_text_renders_as_before() -> None:
         '    |   File "p6_ddp.py", line 3, in <module>\n    | ValueError: boom'
     )
     assert markdown(report) == (
-        "### p6: DDP under torchrun\n\n**Score: 2 / 7** — graded in 12.3 s, on vm-1, seed 5\n\n"
+        "### p6: DDP under torchrun\n\n**Score: 2 of 7 points** — graded in 12.3 s, on vm-1, seed 5\n\n"
         "- line 3: the cell magic %%time was ignored\n\n"
         "| # | check | points | result |\n|---|---|---|---|\n"
         "| 1 | Ranks match the launcher | 2/2 | ✅ pass |\n| 2 | Gradients — 1.2× its time | 0/5 | ❌ fail |\n\n"
@@ -273,7 +273,7 @@ def test_csv_cells_are_visible_and_never_formulas(tmp_path: Path) -> None:
     path = tmp_path / "answers.csv"
     write_answers(collect(store), path)
     rows = list(csv.reader(path.open(encoding="utf-8", newline="")))
-    shown = '\'=HYPERLINK("http://evil.example","click")\n\\x1b[2J\\x1b[HScore: 21 / 21bad \\ud800 text \\udfff'
+    shown = '\'=HYPERLINK("http://evil.example","click")\n\\x1b[2J\\x1b[HScore: 21 of 21 pointsbad \\ud800 text \\udfff'
     assert rows[1] == ["alice", "p6", "a1", "questions.why", shown]
     assert "\x1b" not in path.read_text(encoding="utf-8")
 
@@ -303,7 +303,7 @@ def test_the_observe_report_shows_what_processes_recorded_without_letting_it_act
     report = render_report([process], ObservedRun(["python", text], 1, start_error=text))
     assert raw_acting(report, acting) == [] and len(report) < 100_000
     assert not any(line.startswith("Score:") for line in report.splitlines())
-    assert "uncaught Error\\nScore: 21 / 21: " in report
+    assert "uncaught Error\\nScore: 21 of 21 points: " in report
 
 
 # ------------------------------------------------------------------ answers.yaml

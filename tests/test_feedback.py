@@ -32,11 +32,12 @@ def report(score: float) -> GradingReport:
 def test_the_student_sees_visible_checks_and_after_the_deadline_the_others_due() -> None:
     before = student_view(report(2.0), after_deadline=False)
     assert [c.id for c in before.checks] == ["rank_setup"] and before.environment == {}
-    assert before.notes == ("2 more check(s) are shown after the deadline",)
+    assert before.notes == ("1 more check(s) are shown after the deadline", "1 more check(s) are shown when the grades are published")
+    assert before.headline() == "2 of 7 points so far — 4 shown after the deadline, 1 shown when the grades are published"  # the practical's total, the others' points named, not their scores
     after = student_view(report(2.0), after_deadline=True)
-    assert [c.id for c in after.checks] == ["rank_setup", "params_sync"]
+    assert [c.id for c in after.checks] == ["rank_setup", "params_sync"] and after.headline() == "6 of 7 points so far — 1 shown when the grades are published"
     never = student_view(report(2.0), after_deadline=None)  # the course set no deadline: said so, not promised
-    assert [c.id for c in never.checks] == ["rank_setup"] and never.notes == ("2 more check(s) are shown after the deadline, which the course has not set yet",)
+    assert [c.id for c in never.checks] == ["rank_setup"] and never.notes == ("1 more check(s) are shown after the deadline, which the course has not set yet", "1 more check(s) are shown when the grades are published")
 
 
 def test_each_grading_lands_on_the_feedback_branch_and_the_history_is_kept(tmp_path: Path) -> None:
@@ -49,8 +50,8 @@ def test_each_grading_lands_on_the_feedback_branch_and_the_history_is_kept(tmp_p
     subprocess.run(["git", "clone", "-q", str(bare), str(clone)], check=True, capture_output=True)
     git("fetch", "-q", "origin", "feedback", cwd=clone)
     latest = git("show", "origin/feedback:p6.md", cwd=clone)
-    assert "**Score: 2 / 2**" in latest and f"Graded commit: {'b' * 40}" in latest
-    assert "**Score: 0 / 2**" in git("show", f"origin/feedback:p6/{'a' * 40}.md", cwd=clone)
+    assert "**Score: 2 of 7 points so far — 4 shown after the deadline, 1 shown when the grades are published**" in latest and f"Graded commit: {'b' * 40}" in latest
+    assert "**Score: 0 of 7 points so far — " in git("show", f"origin/feedback:p6/{'a' * 40}.md", cwd=clone)
     assert "p4.md" in git("ls-tree", "--name-only", "origin/feedback", cwd=clone)
     assert git("rev-parse", f"{second}^", cwd=clone) == first  # a history, not a rewrite
     assert "hidden said" not in latest and "params said" not in latest and "node-7" not in latest
@@ -72,14 +73,16 @@ def test_feedback_says_whether_it_was_late_and_shows_the_after_deadline_checks_o
         store.save(to_gradescope(report(2.0)), {"student": "alice", "practical": "p6", "commit": commit, "submitted_at": when, "source": {"kind": "git", "repo": str(bare)}})
         publish(bare, "p6", commit, report(2.0), notes=lateness_note(policy, "alice", "p6", when))
     shown = lambda path: git("show", f"feedback:{path}", cwd=bare)  # noqa: E731
-    assert "Parameters after the deadline" not in shown("p6.md") and "2 more check(s) are shown after the deadline" in shown("p6.md")
+    assert "Parameters after the deadline" not in shown("p6.md") and "1 more check(s) are shown after the deadline" in shown("p6.md")
     assert "Submitted 2026-12-02 10:00 UTC: 1 day(s) late: −20% (your deadline: 2026-12-01 23:59 UTC; late policy: −20% per day late)" in shown("p6.md")
     assert "Submitted 2026-12-01 10:00 UTC: on time (your deadline: 2026-12-01 23:59 UTC)" in shown(f"p6/{'a' * 40}.md")
     assert reveal_after_deadlines(store, policy, parse_time("2026-12-01T23:00:00Z")) == []
     revealed = reveal_after_deadlines(store, policy, parse_time("2026-12-02T00:00:00Z"))
     assert revealed == [f"alice p6 @{c * 7}: feedback after the deadline delivered" for c in "ab"]
     assert "Parameters after the deadline" in shown("p6.md") and "A hidden check" not in shown("p6.md")
-    assert "1 more check(s) are shown once the results are published" in shown("p6.md")
+    assert "1 more check(s) are shown when the grades are published" in shown("p6.md")
+    assert "**Score: 6 of 7 points so far — 1 shown when the grades are published; 6 → 4.8: 1 day(s) late: −20%**" in shown("p6.md")  # the late penalty in the student's own feedback, as collect counts it
+    assert "6 of 7 points so far — 1 shown when the grades are published**" in shown(f"p6/{'a' * 40}.md")  # on time: nothing taken
     assert f"Graded commit: {'b' * 40}" in shown("p6.md")  # the latest stays the latest
     assert reveal_after_deadlines(store, policy, parse_time("2026-12-03T00:00:00Z")) == []  # once
 

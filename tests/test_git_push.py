@@ -109,7 +109,7 @@ def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) ->
     assert sorted(p.relative_to(results).as_posix() for p in results.glob("*/p6/*.json")) == sorted([f"alice/p6/{alice_commit}.json", f"bob/p6/{bob_commit}.json"])
 
     status = run_cli("status", "--results-dir", str(results), "--student", "bob")
-    assert status.stdout.split()[:4] == ["bob", "p6", bob_commit[:10], f"{wrong['score']:g}/20"], status.stdout
+    assert status.stdout.split()[:4] == ["bob", "p6", bob_commit[:10], "graded"] and status.stdout.strip().endswith(f": {wrong['score']:g} of 21 points so far — 1 graded on a GPU node"), status.stdout
     assert "alice" not in status.stdout
 
     git("push", "-q", "origin", "main:refs/heads/again", cwd=alice)  # the same commits on another branch: not graded again
@@ -118,7 +118,7 @@ def test_each_push_is_graded_for_the_right_student_and_commit(tmp_path: Path) ->
     # the feedback, read from the students' own clones as the receipt says
     git("fetch", "-q", "origin", "feedback", cwd=alice)
     mine = git("show", "origin/feedback:p6.md", cwd=alice)
-    assert "**Score: 16 / 16 " in mine and f"Graded commit: {alice_commit}" in mine
+    assert "**Score: 16 of 21 points so far — 1 graded on a GPU node, 4 shown after the deadline**" in mine and f"Graded commit: {alice_commit}" in mine
     assert git("show", f"origin/feedback:p6/{alice_commit}.md", cwd=alice) == mine
     assert "Parameters stay identical" not in mine and "shown after the deadline" in mine  # params_sync: after_due_date
     assert "isolation" not in mine and "sandbox" not in mine

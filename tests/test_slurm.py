@@ -132,9 +132,9 @@ def test_the_same_commit_submitted_twice_is_graded_once(slurm: Slurm) -> None:
     done = slurm.cli("submit", "p6", str(folder), "--results-dir", str(store), "--backend", "slurm", "--student", "eager", "--commit", "abc1234", "--world-size", "2", "--wait", "--markdown", str(summary))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[0] == "p6 for eager @abc1234: already queued"
-    assert "graded: 18 points" in done.stdout
+    assert "graded: 14 of 21 points so far — 1 graded on a GPU node, 2 graded by the autograder, 4 shown after the deadline" in done.stdout  # what the student is shown
     shown = summary.read_text()  # the student's view: the feedback branch's text
-    assert "**Score: 14 / 14 " in shown and "1 more check(s) are shown after the deadline" in shown and shown.endswith("Graded commit: abc1234\n") and "sandbox" not in shown
+    assert "**Score: 14 of 21 points so far — 1 graded on a GPU node, 2 graded by the autograder, 4 shown after the deadline**" in shown and "1 more check(s) are shown after the deadline" in shown and shown.endswith("Graded commit: abc1234\n") and "sandbox" not in shown
     graded = store / "eager" / "p6" / "abc1234.json"
     before = graded.stat().st_mtime_ns
     assert slurm.submit(store, "eager", folder, "--world-size", "2", "--commit", "abc1234") == "p6 for eager @abc1234: graded"
@@ -154,7 +154,7 @@ def test_a_job_past_its_time_limit_is_recorded_as_timeout_with_feedback(slurm: S
     assert "not graded: the grading job ran past its time limit (1 min) and was stopped; the code probably hangs or is far too slow" in document["tests"][0]["output"]
     assert slurm.finished_jobs("Name=grade-p6-hang", 1) == ["TIMEOUT"]  # a student's hang is not retried
     status = slurm.cli("status", "--results-dir", str(slurm.hanging_store))
-    assert status.stdout.split()[:4] == ["hang", "p6", status.stdout.split()[2], "0/21"]  # every check of the spec, failed
+    assert status.stdout.split()[:4] == ["hang", "p6", status.stdout.split()[2], "graded"] and status.stdout.splitlines()[0].endswith(": 0 of 21 points")  # every check of the spec, failed
     deadline = time.monotonic() + 30
     while procs.pids_of_uids(UID_POOL) and time.monotonic() < deadline:
         time.sleep(0.5)  # Slurm's kill reaches the sandbox's processes too

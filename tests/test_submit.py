@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from grader.course import load_course
+from grader.results.gradescope import to_gradescope
+from grader.results.model import CheckResult, GradingReport, Status
 from grader.store import ResultsStore, StoreError
 from grader.submit import hook
 from grader.submit.backends import FakeBackend, JobSize, JobState, LocalBackend, SlurmBackend
@@ -40,7 +42,7 @@ def folder_submission(path: Path, student: str = "alice", commit: str = COMMIT) 
 
 
 def graded_document(score: float) -> dict:
-    return {"score": score, "tests": [], "extra_data": {"max_score": 12}}
+    return to_gradescope(GradingReport("p6", "DDP", (CheckResult("grad_sync", "Gradients", 1, score, 12.0, Status.PASSED if score == 12 else Status.FAILED, "said"),)))
 
 
 def provenance_of(student: str = "alice", commit: str = COMMIT) -> dict:
@@ -169,7 +171,7 @@ def test_a_submission_too_large_to_take_is_graded_as_not_run_not_as_an_autograde
     with open(folder / "weights.bin", "wb") as handle:  # sparse: 60 MiB that cost no disk
         handle.truncate(60 << 20)
     Queue(store).add(folder_submission(folder))
-    assert work(store, COURSE, f"alice--p6--{COMMIT}").startswith("graded: 0/")
+    assert work(store, COURSE, f"alice--p6--{COMMIT}").startswith("graded: 0 of 21 points")
     document = json.loads(store.path_for("alice", "p6", COMMIT).read_text())
     assert document["extra_data"]["autograder_error"] is None
     assert "not run: the submission holds more than 50 MiB" in document["output"]
@@ -595,8 +597,8 @@ def test_status_says_queued_running_graded_or_failed_from_the_jobs_own_state(sto
         sleeper.wait()
     assert lines["bob"] == "queued (accepted (folder))"
     assert lines["carol"] == f"running as job local-{sleeper.pid}"
-    assert lines["dave"].startswith("9/12 graded")
-    assert lines["erin"].startswith("0/0 failed (an autograder error; staff will regrade)")
+    assert lines["dave"].startswith("graded ") and lines["dave"].endswith(": 9 of 12 points")
+    assert lines["erin"].startswith("failed (an autograder error; staff will regrade)") and lines["erin"].endswith(": not graded yet: the autograder could not grade it (the course staff regrade it)")
     running.job = "local-999999999"  # the job is gone, no result yet
     assert progress(running, LocalBackend()) == "job local-999999999 ended UNKNOWN without a result yet (the next dispatch settles it)"
 

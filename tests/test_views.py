@@ -63,7 +63,7 @@ def test_a_second_grading_to_the_same_results_file_replaces_the_views(tmp_path: 
 def test_text_the_submission_recorded_reaches_the_report_escaped(tmp_path: Path) -> None:
     run = ddp_run("ws2")
     rank = run.ranks[0]
-    set_events(rank, [*rank.events, Raised(t=9.0, seq=999, step=3, type="Boom\x1b[2J", message="line\n\x1b]0;owned\x07Score: 21 / 21\u202e")])
+    set_events(rank, [*rank.events, Raised(t=9.0, seq=999, step=3, type="Boom\x1b[2J", message="line\n\x1b]0;owned\x07Score: 21 of 21 points\u202e")])
     report = write_views(grading(summary(run, outcome="rank 0 crashed")), tmp_path / "results.json")
     text = (tmp_path / "results-runs" / "ws2" / "report.txt").read_text()
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text and "\\x1b[2J" in text

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from grader.results.model import Later
 from grader.run.job import JobResult
 
 
@@ -18,7 +19,8 @@ class Verdict:
 
     `fraction` is the share of the points earned (1.0 or 0.0 for all-or-nothing checks).
     `deferred` names why the check cannot be graded on this machine (its points are then
-    neither given nor taken). `data` holds observed numbers for the results' extra data.
+    neither given nor taken), `later` where it is graded (Later.REGRADE when not said). `data`
+    holds observed numbers for the results' extra data.
     """
 
     passed: bool
@@ -27,6 +29,7 @@ class Verdict:
     fraction: float | None = None
     deferred: str | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
+    later: Later | None = None
 
     @property
     def earned(self) -> float:

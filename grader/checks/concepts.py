@@ -13,6 +13,7 @@ from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.dataparallel import chunk_rows
 from grader.checks.numeric import compare
 from grader.probe.recorder.events import Answers, Cell, DpCase, Mp
+from grader.results.model import Later
 from grader.run.job import JobResult, RankResult
 
 SAME_DEVICE = "Expected all tensors to be on the same device"
@@ -178,7 +179,7 @@ def concept_answers(ctx: CheckContext) -> Verdict:
     """The questions with one right answer (choices and chunk sizes), against the staff's
     answer key (solutions/p4/answer_key.yaml); partial credit."""
     if ctx.answer_key is None:
-        return Verdict(False, "", deferred="the answer key stays with the course staff: the autograder grades these answers")
+        return Verdict(False, "", deferred="the answer key stays with the course staff: the autograder grades these answers", later=Later.AUTOGRADER)
     run, rank, problem = _rank(ctx)
     if problem:
         return Verdict(False, problem)

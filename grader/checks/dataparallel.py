@@ -14,6 +14,7 @@ from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
 from grader.checks.speed import measured
+from grader.results.model import Later
 from grader.speed.measure import charged
 from grader.probe.recorder.events import Forward, ForwardOutput, Memory, Model
 from grader.run.job import JobResult, RankResult
@@ -180,7 +181,7 @@ def gpu_step_times(ctx: CheckContext) -> Verdict:
     for run in ctx.runs:
         timed = ctx.timings.get(run.spec.name)
         if timed is None:
-            return Verdict(False, "", deferred="this grading did not time it (the autograder does, on a node of two GPUs or more)")
+            return Verdict(False, "", deferred="this grading did not time it (the autograder does, on a node of two GPUs or more)", later=Later.GPU_NODE)
         side = charged(measured(timed.own, ctx.warmup_steps), measured(timed.reference, ctx.warmup_steps))
         if not side.timed:
             return Verdict(False, f"{run.spec.name}: your script could not be timed: {side.problem}")

@@ -22,6 +22,7 @@ from grader.checks.answers import answer_number
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.checks.runs import per_run
 from grader.probe.transport.traffic import TrafficReport, pipeline_send
+from grader.results.model import Later
 from grader.run.job import JobResult
 from grader.traffic.report import delivered_tensor, kept_tensors
 
@@ -556,7 +557,7 @@ def pipeline_answers(ctx: CheckContext) -> Verdict:
     whose names are the answers' keys with the first dot an underscore), within `tolerance`;
     decimals or fractions ("1/4"); partial credit."""
     if ctx.answer_key is None:
-        return Verdict(False, "", deferred="the answer key stays with the course staff: the autograder grades these answers")
+        return Verdict(False, "", deferred="the answer key stays with the course staff: the autograder grades these answers", later=Later.AUTOGRADER)
     if ctx.answers is None or ctx.answers.problem:
         return Verdict(False, ctx.answers.problem if ctx.answers else "this practical has no answers file")
     wrong = []
@@ -664,7 +665,7 @@ def bubble(ctx: CheckContext) -> Verdict:
     for run in ctx.runs:
         timed = ctx.timings.get(run.spec.name)
         if timed is None:
-            return Verdict(False, "", deferred=NOT_TIMED)
+            return Verdict(False, "", deferred=NOT_TIMED, later=Later.AUTOGRADER)
         if run.spec.carrier is None:
             return Verdict(False, "", deferred="the grader's hub did not carry this run (ranks on real GPUs): only its clock measures the bubble")
         own = side_bubble(timed.own, ctx.options, ctx.warmup_steps)
@@ -679,7 +680,7 @@ def bubble(ctx: CheckContext) -> Verdict:
             return Verdict(False, "", deferred=(
                 f"this machine is too busy to measure a bubble: in {shape}, the reference solution's stages were idle {_percent(sides.reference)} "
                 f"of a step in its {len(sides.reference)} launch(es), where at most {sides.theory + sides.tolerance:.1%} passes (theory {sides.theory:.1%})"
-            ))
+            ), later=Later.QUIET_MACHINE)
         lines.append(
             f"{shape}: your stages after the first were idle {min(sides.own):.1%} of a step in your least disturbed launch (of {_percent(sides.own)}); "
             f"theory (S − 1)/(M + S − 1) = {sides.theory:.1%}, the reference solution's {min(sides.reference):.1%} here"

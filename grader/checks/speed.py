@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
+from grader.results.model import Later
 from grader.run.job import JobResult
 from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, busy_reason, charged, cost_ratio, describe_counts, judged_rounds, measure, shared_quiet, unsure_pass
 
@@ -85,7 +86,7 @@ def _pair(ctx: CheckContext, roles: str) -> tuple[list[str], list[tuple[Measurem
     names = [run.spec.name for run in ctx.runs]
     sides = [_sides(ctx, name) for name in names]
     if any(side is None for side in sides):
-        return Verdict(False, "", deferred=NOT_TIMED)
+        return Verdict(False, "", deferred=NOT_TIMED, later=Later.AUTOGRADER)
     return names, [side[:2] for side in sides if side is not None]
 
 
@@ -110,7 +111,7 @@ def efficiency(ctx: CheckContext) -> Verdict:
     for run in ctx.runs:
         sides = _sides(ctx, run.spec.name)
         if sides is None:
-            return Verdict(False, "", deferred=NOT_TIMED)
+            return Verdict(False, "", deferred=NOT_TIMED, later=Later.AUTOGRADER)
         own, reference, disturbance = sides
         if not own.timed:  # first: a submission that used up the budget, the reference's launches unmade, fails
             return Verdict(False, f"{run.spec.name}: your script could not be timed: {own.problem}")
@@ -120,7 +121,7 @@ def efficiency(ctx: CheckContext) -> Verdict:
         ok = ratio <= limit
         busy = busy_reason(own, reference, disturbance) if not ok else unsure_pass(own, reference, limit)
         if busy:
-            return Verdict(False, "", deferred=f"{run.spec.name}: {busy_machine(busy, ratio)}", data={"speed": {run.spec.name: {"ratio": round(ratio, 4), "max_ratio": limit, "load": disturbance.as_data(), **_launch_loads(ctx.timings[run.spec.name])}}})
+            return Verdict(False, "", deferred=f"{run.spec.name}: {busy_machine(busy, ratio)}", later=Later.QUIET_MACHINE, data={"speed": {run.spec.name: {"ratio": round(ratio, 4), "max_ratio": limit, "load": disturbance.as_data(), **_launch_loads(ctx.timings[run.spec.name])}}})
         passed &= ok
         adopted = _adopted_options(ctx, run.spec.name)
         aside = _set_aside(own, reference, f"; {disturbance.disturbed} of {disturbance.rounds} rounds set aside, disturbed by other load" if disturbance.disturbed and disturbance.quiet >= QUIET_ROUNDS and own.pair_steps is not None else "")

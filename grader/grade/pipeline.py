@@ -39,7 +39,7 @@ from grader.grade.pace import Paces
 from grader.grade.plan import JobMaker, carried, choose_args, deferred_checks, drawn_note, plan_runs, reference_at_hand, runs_of, untimed_workloads
 from grader.grade.prepared import Prepared
 from grader.probe.messages import DdpOptions
-from grader.results.model import CheckResult, GradingReport, RunSummary, Status
+from grader.results.model import CheckResult, GradingReport, Later, Pending, RunSummary, Status
 from grader.run.job import JobResult, JobRunner
 from grader.run.tree import remove_tree
 from grader.spec import CheckSpec, RunDef, load_answer_key
@@ -173,16 +173,17 @@ def _summaries(results: dict[str, JobResult]) -> tuple[RunSummary, ...]:
 
 def _result(spec: CheckSpec, number: int, verdict: Verdict) -> CheckResult:
     status = Status.DEFERRED if verdict.deferred else Status.PASSED if verdict.passed else Status.FAILED
+    later = (verdict.later or Later.REGRADE) if verdict.deferred else None
     summary = f"not graded here: {verdict.deferred}" if verdict.deferred else verdict.summary
     score = 0.0 if verdict.deferred else round(spec.points * verdict.earned, 4)
-    return CheckResult(spec.id, spec.title, number, score, spec.points, status, summary, verdict.details, spec.visibility, dict(verdict.data))
+    return CheckResult(spec.id, spec.title, number, score, spec.points, status, summary, verdict.details, spec.visibility, dict(verdict.data), later)
 
 
-def _judge_all(practical: Practical, checks: tuple[CheckSpec, ...], deferred: Mapping[str, str], results: dict[str, JobResult], base: CheckContext, everything: bool) -> tuple[list[CheckResult], list[str]]:
+def _judge_all(practical: Practical, checks: tuple[CheckSpec, ...], deferred: Mapping[str, Verdict], results: dict[str, JobResult], base: CheckContext, everything: bool) -> tuple[list[CheckResult], list[str]]:
     graded, errors = [], []
     for number, spec in enumerate(checks, 1):
         if spec.id in deferred:
-            graded.append(_result(spec, number, Verdict(False, "", deferred=deferred[spec.id])))
+            graded.append(_result(spec, number, deferred[spec.id]))
             continue
         chosen = tuple(results.values()) if everything else tuple(results[name] for name in spec.runs if name in results)
         context = replace(base, runs=chosen, options=spec.options)
@@ -210,7 +211,7 @@ class Execution:
     results: dict[str, JobResult] = field(default_factory=dict)
     references: Any = None
     timings: dict[str, TimedRuns] = field(default_factory=dict)
-    deferred: dict[str, str] = field(default_factory=dict)
+    deferred: dict[str, Verdict] = field(default_factory=dict)
     answers: Answers | None = None
     prepared: Prepared = field(default_factory=Prepared)
 
@@ -271,7 +272,7 @@ def judge(practical: Practical, execution: Execution, options: GradeOptions = Gr
             return _report(practical, execution, options)
         except Exception as exc:  # noqa: BLE001 - e.g. an answer no renderer foresaw: the results are written anyway
             execution = replace(execution, error=f"{type(exc).__name__}: {exc}")
-    return GradingReport.failure(practical.assignment.id, execution.error or "", execution_time_s=time.monotonic() - execution.started, environment=execution.environment)
+    return GradingReport.failure(practical.assignment.id, execution.error or "", execution_time_s=time.monotonic() - execution.started, environment=execution.environment, total_points=practical.assignment.max_score)
 
 
 def _report(practical: Practical, execution: Execution, options: GradeOptions) -> GradingReport:
@@ -299,6 +300,8 @@ def _report(practical: Practical, execution: Execution, options: GradeOptions) -
         error="; ".join(errors) or None,
         manual=manual_texts(execution.answers or Answers(None), practical.assignment.manual_answers),
         notes=drawn_note(practical.assignment, execution.args) + execution.prepared.notes + tuple(dict.fromkeys(note for run in execution.results.values() for note in run.notes)) + left_out(practical, execution.checks, options),
+        total_points=practical.assignment.max_score,
+        unseen=tuple(Pending(check.points, Later.AUTOGRADER) for check in practical.assignment.checks if check not in execution.checks),  # the self-check's: the autograder grades them
     )
 
 

@@ -8,12 +8,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from grader.checks.base import CheckDef
+from grader.checks.base import CheckDef, Verdict
 from grader.course import Practical
 from grader.grade.machine import usable_cpus
 from grader.grade.options import GradeOptions
 from grader.grade.prepared import Prepared
 from grader.probe.transport.traffic import CarrierPlan, Substitution
+from grader.results.model import Later
 from grader.run.job import JobSpec, Layout
 from grader.spec import Assignment, CheckSpec, RunDef
 
@@ -139,10 +140,11 @@ def reference_at_hand(practical: Practical, options: GradeOptions) -> bool:
     return options.solutions is not None and (options.solutions / practical.id).is_dir() and getattr(practical.module, "prepare", None) is None
 
 
-def deferred_checks(practical: Practical, checks: tuple[CheckSpec, ...], gpus: int, options: GradeOptions = GradeOptions(), cpus: int | None = None) -> dict[str, str]:
-    """Check id -> why it is not graded here: it needs more real GPUs, it is a speed check
-    that cannot be timed in this grading, or its ranks need more CPU cores than this machine's
-    `cpus` (None: `usable_cpus`) to work at once."""
+def deferred_checks(practical: Practical, checks: tuple[CheckSpec, ...], gpus: int, options: GradeOptions = GradeOptions(), cpus: int | None = None) -> dict[str, Verdict]:
+    """Check id -> the verdict that defers it, saying why it is not graded here and where it
+    is: it needs more real GPUs, it is a speed check that cannot be timed in this grading, or
+    its ranks need more CPU cores than this machine's `cpus` (None: `usable_cpus`) to work at
+    once."""
     reasons = {}
     timing = speed_problem(practical, options)
     cpus = usable_cpus() if cpus is None else cpus
@@ -150,11 +152,11 @@ def deferred_checks(practical: Practical, checks: tuple[CheckSpec, ...], gpus: i
         definition = practical.module.CHECKS[check.check]
         cores = 1 + max((run.layout.world_size for run in practical.assignment.runs if run.name in check.runs), default=0) if definition.core_per_rank else 0
         if definition.real_gpus > gpus:
-            reasons[check.id] = f"needs ≥ {definition.real_gpus} CUDA GPUs (this machine has {gpus}); its points are left to a grading on a GPU node"
+            reasons[check.id] = Verdict(False, "", deferred=f"needs ≥ {definition.real_gpus} CUDA GPUs (this machine has {gpus}); its points are left to a grading on a GPU node", later=Later.GPU_NODE)
         elif definition.timed and timing:
-            reasons[check.id] = timing
+            reasons[check.id] = Verdict(False, "", deferred=timing, later=Later.AUTOGRADER)
         elif cpus < cores:
-            reasons[check.id] = f"needs ≥ {cores} CPU cores, one per rank and one for the grader's hub, so that they work at once (this machine has {cpus}); its points are left to a grading on a larger machine"
+            reasons[check.id] = Verdict(False, "", deferred=f"needs ≥ {cores} CPU cores, one per rank and one for the grader's hub, so that they work at once (this machine has {cpus}); its points are left to a grading on a larger machine", later=Later.LARGER_MACHINE)
     return reasons
 
 

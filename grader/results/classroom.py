@@ -19,9 +19,11 @@ document from the environment variable `<RUNNER ID IN CAPITALS>_RESULTS` — `st
 
 So that the log and the notice both say the self-check's score, each graded check is written
 as tests of one equal share of points (a check of 3 points: 3 tests of a point, as many passed
-as it earned); a check's feedback rides on its first test not passed. Checks left to another
-machine (deferred) are not in it: their points are not the self-check's to give. One runner is
-one practical (its id: `p6`, read from `P6_RESULTS`).
+as it earned); a check's feedback rides on its first test not passed. Its max_score is the
+practical's total, as everywhere else: the points the self-check does not give (a check left to
+another machine or to the autograder, or one shown later) are tests of their own, named
+pending and where they are graded, not passed (the reporter has no other status) and scoring
+nothing. One runner is one practical (its id: `p6`, read from `P6_RESULTS`).
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ class _Piece:
 
 
 def _check_pieces(practical: str, check: CheckResult, share: Fraction | None) -> list[_Piece]:
-    name = f"{practical} {check.number}. {check.title}"
+    name = f"{practical} {check.number}. {check.title}" if check.number else f"{practical}: {check.title}"
     feedback = "" if check.status is Status.PASSED else check.feedback
     if share is None:  # one test: the log's total then weighs it as much as any other
         status = "pass" if check.status is Status.PASSED else "error" if check.status is Status.ERROR else "fail"
@@ -98,8 +100,12 @@ def _scores(pieces: list[_Piece], total: Fraction) -> list[float]:
 def to_classroom(report: GradingReport) -> dict:
     """The runner's result document of one grading (one practical)."""
     graded = [c for c in report.checks if c.status is not Status.DEFERRED]
-    share = _share(graded)
-    pieces = [piece for check in graded for piece in _check_pieces(report.practical, check, share)]
+    pending = [
+        CheckResult("pending", f"{part.points:g} points pending, {part.later.value}", 0, 0.0, part.points, Status.DEFERRED, f"not graded by the self-check: {part.points:g} points {part.later.value}")
+        for part in report.pending
+    ]
+    share = _share(graded + pending)
+    pieces = [piece for check in graded + pending for piece in _check_pieces(report.practical, check, share)]
     if report.error:
         problem = f"the grader could not grade everything: {report.error}"
         if pieces:  # a test of its own would weigh as much as a share of points in the log's total
@@ -121,7 +127,7 @@ def to_classroom(report: GradingReport) -> dict:
         for piece, score in zip(pieces, _scores(pieces, total))
     ]
     status = "error" if report.error or any(c.status is Status.ERROR for c in graded) else "pass" if all(c.status is Status.PASSED for c in graded) else "fail"
-    return json_safe({"version": 1, "status": status, "max_score": float(sum((_points(c.max_score) for c in graded), Fraction(0))), "tests": tests})
+    return json_safe({"version": 1, "status": status, "max_score": float(_points(report.total)), "tests": tests})
 
 
 def classroom_encoded(report: GradingReport) -> str:

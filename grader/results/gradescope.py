@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader.files import write_atomically
 from grader.results.escape import BLOCK_CHARS, cap, json_safe, terminal_line, visible
-from grader.results.model import CheckResult, GradingReport, RunSummary, Status
+from grader.results.model import CheckResult, GradingReport, Later, Pending, RunSummary, Status
 from grader.results.render import overview_text
 
 AUTOGRADER_ERROR = "Autograder error"
@@ -41,11 +41,14 @@ def _test(check: CheckResult) -> dict[str, Any]:
         "visibility": check.visibility,
         "extra_data": json_safe({"check": check.id, "status": check.status.value, **check.data}, max_total=DATA_CHARS),
     }
-    if check.status is Status.DEFERRED:
+    if check.status is Status.DEFERRED:  # Gradescope's status is passed or failed: a deferred test has none, and says so first
+        later = check.later or Later.REGRADE
         entry["name"] = f"{terminal_line(check.title)} (deferred)"
         entry["score"] = 0
         entry["max_score"] = 0  # not graded here: counts neither for nor against the student
+        entry["output"] = _text(f"Deferred: {check.max_score:g} points {later.value}.\n{check.feedback}")
         entry["extra_data"]["deferred_points"] = round(check.max_score, 4)
+        entry["extra_data"]["later"] = later.value
     else:
         entry["status"] = "passed" if check.status is Status.PASSED else "failed"
     return entry
@@ -100,6 +103,9 @@ def to_gradescope(report: GradingReport) -> dict[str, Any]:
             "notes": [terminal_line(note) for note in report.notes],
             "max_score": round(report.max_score, 4),
             "deferred_points": round(report.deferred_points, 4),
+            "total_points": round(report.total, 4),  # the practical's total: every check of its spec
+            "headline": report.headline(),
+            "unseen": [{"points": round(part.points, 4), "later": part.later.value} for part in report.unseen],
             "environment": json_safe(dict(report.environment), max_total=DATA_CHARS),
             "runs": [_run(r) for r in report.runs],
             "autograder_error": None if report.error is None else _text(report.error),
@@ -116,7 +122,9 @@ class Scores:
     total: float
     checks: dict[str, float]  # check id -> score (deferred checks left out)
     answers: dict[str, str]  # free-text answers for manual grading
-    max_score: float | None = None  # None in a document that does not say
+    max_score: float | None = None  # the points graded; None in a document that does not say
+    total_points: float | None = None  # the practical's total (its spec's points); None in a document that does not say
+    pending: dict[str, float] = field(default_factory=dict)  # check id -> points of a deferred check
 
 
 def _number(value: Any) -> float:
@@ -137,21 +145,30 @@ def _extra(document: dict[str, Any]) -> dict[str, Any]:
 def read_scores(document: dict[str, Any]) -> Scores:
     """The scores of a results.json this module wrote (what a hand-edited one holds that is not
     of its type counts as nothing)."""
-    checks = {}
+    checks, pending = {}, {}
     for test in _tests(document):
         tags = test.get("tags") if isinstance(test.get("tags"), list) else []
         data = test.get("extra_data") if isinstance(test.get("extra_data"), dict) else {}
-        if tags and isinstance(tags[0], str) and tags[0] != "autograder-error" and "deferred_points" not in data:
-            checks[tags[0]] = _number(test.get("score", 0))
+        if tags and isinstance(tags[0], str) and tags[0] != "autograder-error":
+            if "deferred_points" in data:
+                pending[tags[0]] = _number(data["deferred_points"])
+            else:
+                checks[tags[0]] = _number(test.get("score", 0))
     extra = _extra(document)
-    maximum = extra.get("max_score")
     answers = extra.get("manual_answers")
     return Scores(
         total=_number(document.get("score", 0)),
         checks=checks,
         answers={str(k): str(v) for k, v in answers.items()} if isinstance(answers, dict) else {},
-        max_score=_number(maximum) if isinstance(maximum, (int, float)) and not isinstance(maximum, bool) else None,
+        max_score=_optional_number(extra.get("max_score")),
+        total_points=_optional_number(extra.get("total_points")),
+        pending=pending,
     )
+
+
+def _optional_number(value: Any) -> float | None:
+    """A number a stored document may hold, or None where it holds none."""
+    return _number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def read_report(document: dict[str, Any]) -> GradingReport:
@@ -169,6 +186,10 @@ def read_report(document: dict[str, Any]) -> GradingReport:
             status = Status(data.get("status", "failed"))
         except (ValueError, TypeError):
             status = Status.FAILED
+        try:
+            later = Later(data["later"]) if deferred else None
+        except (KeyError, ValueError, TypeError):
+            later = Later.REGRADE
         number = test.get("number")
         checks.append(CheckResult(
             id=str(tags[0]),
@@ -179,6 +200,7 @@ def read_report(document: dict[str, Any]) -> GradingReport:
             status=Status.DEFERRED if deferred else status,
             summary=str(test.get("output", "")),
             visibility=str(test.get("visibility", "visible")),
+            later=later,
         ))
     answers = extra.get("manual_answers")
     notes = extra.get("notes")
@@ -190,7 +212,20 @@ def read_report(document: dict[str, Any]) -> GradingReport:
         error=autograder_error_of(document),
         manual=tuple((str(q), str(a)) for q, a in answers.items()) if isinstance(answers, dict) else (),
         notes=tuple(str(note) for note in notes) if isinstance(notes, list) else (),
+        total_points=_optional_number(extra.get("total_points")),
+        unseen=tuple(_unseen(extra.get("unseen"))),
     )
+
+
+def _unseen(parts: Any) -> list[Pending]:
+    """The unseen points a stored document lists (what is not of their type is left out)."""
+    found = []
+    for part in parts if isinstance(parts, list) else []:
+        try:
+            found.append(Pending(_number(part["points"]), Later(part["later"])))
+        except (KeyError, ValueError, TypeError):
+            continue
+    return found
 
 
 def read_document(path: Path) -> dict[str, Any] | None:

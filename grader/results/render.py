@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from grader.results.escape import markdown_block, markdown_inline, terminal_block, terminal_line
-from grader.results.model import GradingReport, Status
+from grader.results.model import CheckResult, GradingReport, Status
 from grader.run.telemetry import describe as describe_telemetry
 
 _MARK = {Status.PASSED: "PASS", Status.FAILED: "FAIL", Status.DEFERRED: "DEFERRED", Status.ERROR: "ERROR"}
+_MARKDOWN_MARK = {Status.PASSED: "✅ pass", Status.FAILED: "❌ fail", Status.DEFERRED: "⏸ deferred", Status.ERROR: "⚠️ error"}
 
 
 def _points(value: float) -> str:
@@ -13,10 +14,18 @@ def _points(value: float) -> str:
 
 
 def _score_line(report: GradingReport) -> str:
-    line = f"Score: {_points(report.score)} / {_points(report.max_score)}"
-    if report.deferred_points:
-        line += f"  ({_points(report.deferred_points)} more points deferred: not gradable on this machine)"
-    return line
+    """'Score: 5 of 21 points so far — 4 shown after the deadline, 1 graded on a GPU node'."""
+    return f"Score: {report.headline()}"
+
+
+def _row_points(check: CheckResult) -> str:
+    """A check's points in a table: '2/3', or '–/3' for one not graded here."""
+    return f"{'–' if check.status is Status.DEFERRED else _points(check.score)}/{_points(check.max_score)}"
+
+
+def _row_result(check: CheckResult, marks: dict[Status, str]) -> str:
+    """A check's result in a table: its mark, and where a deferred one is graded."""
+    return f"{marks[check.status]} ({check.later.value})" if check.status is Status.DEFERRED and check.later else marks[check.status]
 
 
 def _environment_line(report: GradingReport) -> str:
@@ -96,8 +105,7 @@ def console_table(report: GradingReport, width: int = 100) -> str:
     lines.append(f"  #  {'check':<{title_width}}  {'points':>9}  result")
     for check, title in zip(report.checks, titles):
         title = title if len(title) <= title_width else title[: title_width - 1] + "…"
-        points = f"{_points(check.score)}/{_points(check.max_score)}"
-        lines.append(f"{check.number:>3}  {title:<{title_width}}  {points:>9}  {_MARK[check.status]}")
+        lines.append(f"{check.number:>3}  {title:<{title_width}}  {_row_points(check):>9}  {_row_result(check, _MARK)}")
     lines += ["", _score_line(report), terminal_line(_environment_line(report))]
     if report.manual:
         answered = sum(1 for _, text in report.manual if text.strip())
@@ -129,8 +137,7 @@ def markdown(report: GradingReport, graded_commit: str | None = None) -> str:
     lines += [f"- {markdown_inline(note)}" for note in report.notes] + ([""] if report.notes else [])
     lines += ["| # | check | points | result |", "|---|---|---|---|"]
     for check in report.checks:
-        mark = {Status.PASSED: "✅ pass", Status.FAILED: "❌ fail", Status.DEFERRED: "⏸ deferred", Status.ERROR: "⚠️ error"}[check.status]
-        lines.append(f"| {check.number} | {markdown_inline(check.title)} | {_points(check.score)}/{_points(check.max_score)} | {mark} |")
+        lines.append(f"| {check.number} | {markdown_inline(check.title)} | {_row_points(check)} | {_row_result(check, _MARKDOWN_MARK)} |")
     failing = [c for c in report.checks if c.status is not Status.PASSED]
     if failing:
         lines += ["", "<details><summary>Feedback</summary>", ""]

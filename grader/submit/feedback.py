@@ -25,7 +25,7 @@ from pathlib import Path
 from grader.files import write_atomically
 from grader.policy import CoursePolicy, parse_time
 from grader.results.gradescope import read_report
-from grader.results.model import GradingReport
+from grader.results.model import GradingReport, Penalty
 from grader.results.render import markdown
 from grader.store import Entry, ResultsStore
 from grader.submit.gitenv import GIT_TIMEOUT_S, refused_config, student_git, student_git_environment
@@ -74,6 +74,16 @@ def lateness_note(policy: CoursePolicy, student: str, practical: str, submitted_
     return (f"Submitted {_stamp(moment)}: {lateness.effect} (your deadline: {_stamp(lateness.deadline)}; late policy: {policy.late.describe()}).",)
 
 
+def with_lateness(report: GradingReport, policy: CoursePolicy, student: str, practical: str, submitted_at: str) -> GradingReport:
+    """`report` with what the course's late policy makes of its score, for its headline (as
+    `collect` counts it); unchanged when the submission was on time or has no deadline."""
+    try:
+        lateness = policy.judge(student, practical, parse_time(submitted_at))
+    except ValueError:
+        return report
+    return replace(report, penalty=Penalty(lateness.factor, lateness.effect)) if lateness.late else report
+
+
 def deadline_passed(policy: CoursePolicy, student: str, practical: str, moment: datetime.datetime) -> bool:
     deadline = policy.deadline(student, practical)
     return deadline is not None and moment >= deadline
@@ -117,10 +127,11 @@ def reveal_after_deadlines(store: ResultsStore, policy: CoursePolicy, moment: da
         source = entry.provenance.get("source") or {}
         report = read_report(entry.document)
         if isinstance(source, dict) and source.get("kind") == "git" and any(c.visibility == "after_due_date" for c in report.checks):
-            notes = lateness_note(policy, entry.student, entry.practical, str(entry.provenance.get("submitted_at", "")))
+            submitted = str(entry.provenance.get("submitted_at", ""))
+            notes = lateness_note(policy, entry.student, entry.practical, submitted)
             latest = newest.get((entry.student, entry.practical), ("", entry.commit))[1] == entry.commit
             try:
-                publish(Path(str(source.get("repo"))), entry.practical, entry.commit, report, after_deadline=True, notes=notes, latest=latest)
+                publish(Path(str(source.get("repo"))), entry.practical, entry.commit, with_lateness(report, policy, entry.student, entry.practical, submitted), after_deadline=True, notes=notes, latest=latest)
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 done.append(f"{entry.student} {entry.practical} @{entry.commit[:7]}: feedback after the deadline not delivered: {exc}")
                 continue
@@ -137,8 +148,10 @@ def feedback_text(report: GradingReport, commit: str, after_deadline: bool | Non
 def stored_report(entry: Entry, policy: CoursePolicy, moment: datetime.datetime) -> GradingReport:
     """The student's view of a stored result at `moment`, with what the course's policy makes
     of its time (what the feedback branch holds for it)."""
-    notes = lateness_note(policy, entry.student, entry.practical, str(entry.provenance.get("submitted_at", "")))
-    return student_view(read_report(entry.document), deadline_passed(policy, entry.student, entry.practical, moment), notes)
+    submitted = str(entry.provenance.get("submitted_at", ""))
+    notes = lateness_note(policy, entry.student, entry.practical, submitted)
+    report = with_lateness(read_report(entry.document), policy, entry.student, entry.practical, submitted)
+    return student_view(report, deadline_passed(policy, entry.student, entry.practical, moment), notes)
 
 
 def publish(repo: Path, practical: str, commit: str, report: GradingReport, after_deadline: bool | None = False, notes: tuple[str, ...] = (), latest: bool = True) -> str:

@@ -33,7 +33,7 @@ from grader.submit import gittree
 from grader.submit.gitenv import git_free_environment, refused_config
 from grader.results.channels import Problem, Route, deliver_all
 from grader.results.channels.git_branch import CHANNEL as GIT_BRANCH, Branch
-from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed
+from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed, with_lateness
 from grader.submit.problems import report_problem
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
@@ -201,9 +201,9 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
         stand_in = stand_in_seconds()
         report = stand_in_report(practical, stand_in) if stand_in is not None else grade_folder(practical, taken.folder, options, official=True, refused=taken.refused).report
     except MaterialiseError as exc:
-        report = GradingReport.failure(submission.practical, str(exc))
+        report = GradingReport.failure(submission.practical, str(exc), total_points=practical.assignment.max_score)
     except Exception as exc:  # noqa: BLE001 - the worker's own failure: retried, never lost
-        report = GradingReport.failure(submission.practical, f"the grading job failed: {type(exc).__name__}: {exc}")
+        report = GradingReport.failure(submission.practical, f"the grading job failed: {type(exc).__name__}: {exc}", total_points=practical.assignment.max_score)
     finally:
         remove_tree(scratch)
     if report.error and submission.attempts + 1 < MAX_ATTEMPTS:
@@ -218,7 +218,7 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     delivered = deliver(store, course, submission, report)
     if report.error:
         return f"an autograder error is recorded after {submission.attempts + 1} attempts: {report.error[:200]}{delivered}"
-    return f"graded: {report.score:g}/{report.max_score:g}{delivered}"
+    return f"graded: {report.headline()}{delivered}"
 
 
 def deliver(store: ResultsStore, course: Course, submission: Submission, report: GradingReport) -> str:
@@ -230,7 +230,7 @@ def deliver(store: ResultsStore, course: Course, submission: Submission, report:
     notes = lateness_note(course.policy, submission.student, submission.practical, submission.submitted_at)
     no_deadline = course.policy.deadline(submission.student, submission.practical) is None
     branch = Branch(Path(submission.source["repo"]), submission.practical, submission.commit, after_deadline=None if no_deadline else after, notes=notes)
-    (outcome,) = deliver_all(report, [Route(GIT_BRANCH, branch)])
+    (outcome,) = deliver_all(with_lateness(report, course.policy, submission.student, submission.practical, submission.submitted_at), [Route(GIT_BRANCH, branch)])
     if isinstance(outcome, Problem):
         return f"; feedback not delivered to the repository: {outcome.message}"
     if after:
