@@ -1,14 +1,19 @@
 """The students' repository: what goes in, what may never, and that it works on its own."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from grader.run import procs
+from grader.run.local import TOKEN_VARIABLE
 from grader.submit.feedback import read_command
 from helpers import ROOT, copy_course, run_cli
 
@@ -95,6 +100,29 @@ def test_the_exported_repository_self_checks_on_its_own(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(out)}
     code = "import grader, sys; sys.exit(0 if grader.__file__.startswith(sys.argv[1]) else 1)"
     assert subprocess.run([sys.executable, "-c", code, str(out)], cwd=out, env=env).returncode == 0
-    done = subprocess.run([sys.executable, "-m", "grader", "check", "p6", "--world-size", "2", "--results", str(tmp_path / "r.json")], cwd=out, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stderr  # the template fails its checks: the student's CI shows it
-    assert "the script stops at TODO 1" in done.stdout
+    # a p6 that hangs in every run, self-checked in full where no reference solution is: with 1
+    # or 3 ranks its training loop never ends (it keeps computing); with 2 or 4, rank 1 waits for
+    # a message rank 0 never sends while rank 0 waits in DDP's all-reduce (a deadlock, no CPU)
+    assert (out / "calibration" / "p6.yaml").read_bytes() == (ROOT / "calibration" / "p6.yaml").read_bytes()  # the course's baselines pace its runs
+    solution = (ROOT / "solutions" / "p6" / "p6_ddp.py").read_text()
+    assert solution.count("for step in range(steps):") == 1 and solution.count("t0 = time.time()\n") == 1
+    hangs = solution.replace("for step in range(steps):", "for step in (itertools.count() if world_size in (1, 3) else range(steps)):  # never ends").replace("import os\n", "import itertools\nimport os\n", 1)
+    hangs = hangs.replace("t0 = time.time()\n", "t0 = time.time()\nif ddp and world_size in (2, 4) and rank == 1:\n    dist.recv(torch.zeros(1), src=0)\n")
+    (out / "assignments" / "p6" / "p6_ddp.py").write_text(hangs)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "grader", "check", "p6", "--results", str(tmp_path / "r.json"), "--no-views"], cwd=out, env=env, capture_output=True, text=True, timeout=300)
+    assert time.monotonic() - started <= 60, done.stdout  # issue 48: 182 s before the baselines travelled (issue 34: a grading of it in 45 s)
+    assert done.returncode == 1, done.stderr  # its checks fail: the student's CI shows it
+    results = json.loads((tmp_path / "r.json").read_text())
+    runs = {run["name"]: run["outcome"] for run in results["extra_data"]["runs"]}
+    for name in ("ws1", "ws3"):  # stopped at the pace the course's grading sets, told it was still computing
+        assert re.match(r"did not finish within [46] s, where the reference solution's same run takes [\d.]+ s on the course's machines \(twice the longest they measured\), \d+× its whole run \(still computing: does the loop end\?\): rank 0 is still computing at p6_ddp.py:", runs[name]), runs[name]
+    for name in ("ws2", "ws4", "2x2"):  # stopped once none of its processes used the CPU
+        assert runs[name].startswith("hung: stopped after ") and re.search(r"none of its processes had used the CPU for [234](\.\d)? s", runs[name]) and "rank 1 waits at p6_ddp.py:" in runs[name], runs[name]
+    checks = {t["tags"][0]: t for t in results["tests"]}
+    assert all(checks[name]["score"] == 0 for name in ("batch_shard", "grad_sync", "clean_exit")), {k: v["score"] for k, v in checks.items()}  # the training never ended: nothing for what needs its end
+    assert "this check judges the whole training, which never ended" in checks["grad_sync"]["output"]
+    outputs = " ".join(t["output"] for t in results["tests"])
+    assert "time budget" not in outputs and "not run" not in outputs  # every run had its time
+    assert not (tmp_path / "r-runs").exists() and procs.pids_with_env_name(TOKEN_VARIABLE) == []  # --no-views; nothing outlives the self-check
+    assert not [pid for pid in procs.all_pids() if "grader.probe.zygote" in procs.cmdline(pid)]

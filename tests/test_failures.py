@@ -79,6 +79,34 @@ def test_timeouts_say_where_each_stuck_rank_waits() -> None:
     run.ranks[0].stack = [Frame("p6_ddp.py", 90, "<module>", "loss.backward()")]
     text = failures.explain(run)
     assert text == "did not finish within 60 s (a hang?): rank 0 waits at p6_ddp.py:90 in <module>: loss.backward(); rank 1 had already ended (exit 0)"
+    run.ranks[0].cpu_share, run.reference_s = 0.97, 0.3  # the kernel saw it on a CPU just before it was stopped: computing, not waiting
+    assert failures.explain(run) == (
+        "did not finish within 60 s, where the reference solution's same run takes 0.3 s on this machine, 200× its whole run (still computing: does the loop end?): "
+        "rank 0 is still computing at p6_ddp.py:90 in <module>: loss.backward(); rank 1 had already ended (exit 0)"
+    )
+    run.ranks[0].cpu_share = 0.02
+    assert "(a hang, or far too slow?): rank 0 waits at p6_ddp.py:90" in failures.explain(run)
+
+
+def test_a_check_of_the_whole_training_fails_a_run_that_never_ended() -> None:
+    """What a run did until the grader stopped it is not the training a check of the whole
+    training asks about (CheckDef.whole_run: p6's batch_shard, grad_sync, params_sync): a
+    never-ending loop earns nothing there, whatever its first steps did."""
+    from grader.checks.distributed import CHECKS
+    from grader.checks.runs import unfinished
+
+    run = ddp_run()
+    assert unfinished((run,)) is None
+    run.timed_out, run.reference_s = True, 0.5
+    run.ranks[0].status, run.ranks[0].cpu_share = None, 1.0
+    run.ranks[0].stack = [Frame("p6_ddp.py", 108, "<module>", "loss = model(x).sum()")]
+    verdict = unfinished((ddp_run("ws1"), run))
+    assert verdict is not None and not verdict.passed and verdict.summary == (
+        "ws2 (1 node × 2 ranks): did not finish within 60 s, where the reference solution's same run takes 0.5 s on this machine, 120× its whole run "
+        "(still computing: does the loop end?): rank 0 is still computing at p6_ddp.py:108 in <module>: loss = model(x).sum(); rank 1 had already ended (exit 0) "
+        "— this check judges the whole training, which never ended"
+    )
+    assert {check for check, definition in CHECKS.items() if definition.whole_run} == {"batch_shard", "grad_sync", "params_sync"}
 
 
 def test_a_job_stopped_for_using_no_cpu_says_so_in_seconds() -> None:

@@ -852,7 +852,7 @@ def test_a_run_that_keeps_the_cpu_busy_is_stopped_at_a_pace_set_by_the_reference
         limit = "6"
     clean_exit = next(c for c in report.checks if c.id == "clean_exit")
     assert clean_exit.status is Status.FAILED
-    assert f"ws2 (1 node × 2 ranks): did not finish within {limit} s, where the reference solution's same run takes {reference_s:g} s on this machine (a hang, or far too slow?)" in clean_exit.summary, clean_exit.summary
+    assert f"ws2 (1 node × 2 ranks): did not finish within {limit} s, where the reference solution's same run takes {reference_s:g} s on this machine, {float(limit) / reference_s:.0f}× its whole run (a hang, or far too slow?)" in clean_exit.summary, clean_exit.summary
 
 
 def test_a_run_stopped_at_its_pace_is_launched_again_with_twice_the_time_where_the_runs_before_it_ended(carried_practical) -> None:
@@ -929,3 +929,23 @@ def test_a_timed_launch_of_a_program_that_works_is_given_twenty_times_the_refere
     hung = FakeRunner(lambda job: replace(carried(job), wall_s=job.timeout_s, timed_out=True) if "@reference" not in job.name else replace(carried(job), wall_s=1.0))
     grade(practical, submission, hung, GradeOptions(solutions=solutions, seed=5))
     assert [(job.name, job.timeout_s) for job in hung.jobs[:4]] == [("ws2", 6.0), ("ws2@reference", pytest.approx(hung.jobs[1].timeout_s)), ("timed@reference", pytest.approx(hung.jobs[2].timeout_s)), ("timed", 5.0)]
+
+
+@pytest.mark.parametrize("wall_s", [0.5, 3.0])
+def test_without_the_reference_the_courses_baselines_set_the_pace_of_a_run_that_never_ends(carried_practical, wall_s: float) -> None:
+    """The student's self-check in their own repository has no reference solution to launch:
+    the course's baselines (calibration/<practical>.yaml, carried by the export) stand in for
+    it, BASELINE_MARGIN × the longest time measured, so a run that never ends is stopped at
+    the pace the course's grading would set (1.5 × the 4 s floor, or 5 × 2 × 3 s), once, with
+    no reference launched; without baselines it runs to its share of the budget."""
+    practical, submission, _ = carried_practical
+    machines = {"laptop": {"runs": {"ws2": {"wall_s": wall_s / 2}}}, "cluster": {"runs": {"ws2": {"wall_s": wall_s, "median_step_s": 0.01}}}}
+    spinning = FakeRunner(lambda job: replace(carried(job), wall_s=job.timeout_s, timed_out=True))
+    report = grade(practical, submission, spinning, GradeOptions(solutions=None, calibration=machines, seed=5))
+    assert [job.name for job in spinning.jobs] == ["ws2", "timed"]  # no reference to launch, no second try: its runs never ended by themselves
+    assert spinning.jobs[0].timeout_s == pytest.approx(max(6.0, 5 * 2 * wall_s)) and spinning.jobs[1].timeout_s == pytest.approx(4.0)  # the timed run, not measured: the floor
+    clean_exit = next(c for c in report.checks if c.id == "clean_exit")
+    assert f"where the reference solution's same run takes {2 * wall_s:g} s on the course's machines (twice the longest they measured)" in clean_exit.summary, clean_exit.summary
+    unpaced = FakeRunner(lambda job: replace(carried(job), wall_s=job.timeout_s, timed_out=True))
+    grade(practical, submission, unpaced, GradeOptions(solutions=None, seed=5))
+    assert unpaced.jobs[0].timeout_s > 30  # its share of the spec's budget

@@ -7,6 +7,8 @@ What goes in is an allow-list, nothing else:
                            modules of the exported practicals (a module that starts with the line
                            `# grader: private` never goes out)
   pyproject.toml, scripts/setup.sh
+  calibration/<id>.yaml    the course's baselines (`grader calibrate`), where measured: the pace
+                           of the self-check's runs (grader/grade/pace.py)
   course.yaml, README.md   made for the export (README from templates/student/, its examples
                            naming a practical the export holds: `student_readme`)
   .github/workflows/student-self-check.yml   the self-check on every push
@@ -97,6 +99,10 @@ def build_export(course: Course, practicals: list[str]) -> Export:
     files.update(_grader_files(course, practicals))
     for name in ("pyproject.toml", "scripts/setup.sh"):
         files[name] = (course.root / name).read_bytes()
+    for practical in practicals:  # the course's measured baselines: the self-check's pace where no reference solution is at hand
+        baselines = course.root / "calibration" / f"{practical}.yaml"
+        if baselines.is_file():
+            files[f"calibration/{practical}.yaml"] = baselines.read_bytes()
     files["course.yaml"] = f"# The practicals of this repository.\ncourse: {course.title}\npracticals: [{', '.join(practicals)}]\n".encode()
     templates = course.root / STUDENT_TEMPLATES
     for path in sorted(templates.rglob("*")) if templates.is_dir() else []:

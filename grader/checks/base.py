@@ -132,3 +132,4 @@ class CheckDef:
     # it says yes, the grading adds rounds of launches (up to the spec's timing.repeats more), so
     # a failing speed verdict rests on twice the evidence and a burst of load cannot decide it
     doubtful: Callable[[Any, int, Mapping[str, Any]], bool] | None = None
+    whole_run: bool = False  # judges what the whole training did: a run the grader stopped before it ended fails it (grader/checks/runs.py `unfinished`)

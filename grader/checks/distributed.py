@@ -528,9 +528,9 @@ CHECKS = MappingProxyType({
     for check in (
         CheckDef("rank_setup", rank_setup, rank_setup.__doc__ or "", VARIABLES),
         CheckDef("device_mapping", device_mapping, device_mapping.__doc__ or ""),
-        CheckDef("batch_shard", batch_shard, batch_shard.__doc__ or "", {"batch_argument": OptionDef(str, "batch_size")}),
-        CheckDef("grad_sync", grad_sync, grad_sync.__doc__ or "", {**TOLERANCES, "micro_batches_argument": OptionDef(str, "", help="the argument that sets micro-batches, if any")}),
-        CheckDef("params_sync", params_sync, params_sync.__doc__ or "", {**TOLERANCES, "steps_argument": OptionDef(str, "steps")}),
+        CheckDef("batch_shard", batch_shard, batch_shard.__doc__ or "", {"batch_argument": OptionDef(str, "batch_size")}, whole_run=True),
+        CheckDef("grad_sync", grad_sync, grad_sync.__doc__ or "", {**TOLERANCES, "micro_batches_argument": OptionDef(str, "", help="the argument that sets micro-batches, if any")}, whole_run=True),
+        CheckDef("params_sync", params_sync, params_sync.__doc__ or "", {**TOLERANCES, "steps_argument": OptionDef(str, "steps")}, whole_run=True),
         CheckDef("clean_exit", clean_exit, clean_exit.__doc__ or ""),
     )
 })

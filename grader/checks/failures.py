@@ -216,11 +216,21 @@ RENDEZVOUS_HINT = (
 )
 
 
+COMPUTING_SHARE = 0.5  # of a CPU: a stopped rank that used this much just before was computing, not waiting
+
+
+def _computing(rank: RankResult) -> bool:
+    """Whether a rank stopped at its time limit was still computing, as the kernel counted its
+    CPU time just before (grader/run/local.py `cpu_shares`), not waiting for a peer or a message."""
+    return rank.cpu_share is not None and rank.cpu_share >= COMPUTING_SHARE
+
+
 def _explain_timeout(run: JobResult) -> str:
     stuck = [r for r in run.ranks if r.status is None]
     parts = []
     for rank in stuck:
-        where = f"waits at {rank.stack[-1].describe()}" if rank.stack else "gave no stack"
+        verb = "is still computing at" if _computing(rank) else "waits at"
+        where = f"{verb} {rank.stack[-1].describe()}" if rank.stack else ("is still computing (it gave no stack)" if _computing(rank) else "gave no stack")
         parts.append(f"rank {rank.rank} {where}")
     done = [r for r in run.ranks if r.status is not None]
     if done:
@@ -229,9 +239,12 @@ def _explain_timeout(run: JobResult) -> str:
         parts.append(RENDEZVOUS_HINT)
     if run.stalled_s is not None:
         return f"hung: stopped after {run.wall_s:.1f} s, when none of its processes had used the CPU for {run.stalled_s:g} s (waiting for something that never comes): " + "; ".join(parts)
+    computing = any(_computing(rank) for rank in stuck)
     if run.reference_s is not None:
-        return f"did not finish within {run.spec.timeout_s:.3g} s, where the reference solution's same run takes {run.reference_s:.2g} s on this machine (a hang, or far too slow?): " + "; ".join(parts)
-    return f"did not finish within {run.spec.timeout_s:.3g} s (a hang?): " + "; ".join(parts)
+        times = f", {run.spec.timeout_s / run.reference_s:.0f}× its whole run" if run.reference_s > 0 else ""
+        question = "still computing: does the loop end?" if computing else "a hang, or far too slow?"
+        return f"did not finish within {run.spec.timeout_s:.3g} s, where the reference solution's same run takes {run.reference_s:.2g} s {run.reference_measured}{times} ({question}): " + "; ".join(parts)
+    return f"did not finish within {run.spec.timeout_s:.3g} s ({'still computing: does the loop end?' if computing else 'a hang?'}): " + "; ".join(parts)
 
 
 def _status_word(rank: RankResult) -> str:

@@ -42,6 +42,17 @@ def per_run(ctx: CheckContext, judge: RunJudge, passed_summary: str, data: dict 
     return Verdict(True, passed_summary, tuple(lines), data=data)
 
 
+def unfinished(runs: tuple[JobResult, ...]) -> Verdict | None:
+    """The verdict of a check that judges a whole training (CheckDef.whole_run) where one of its
+    runs never ended by itself (the grader stopped it at its time limit): what it did until then
+    is not the training the check asks about, and earns nothing."""
+    stopped = [run for run in runs if run.timed_out and run.ranks]
+    if not stopped:
+        return None
+    run = stopped[0]
+    return Verdict(False, f"{run_label(run)}: {failures.explain(run) or 'stopped at its time limit'} — this check judges the whole training, which never ended")
+
+
 def missing(run: JobResult, what: str) -> tuple[bool, str]:
     """The line for a run where the observations a check needs are absent."""
     reason = failures.explain(run)

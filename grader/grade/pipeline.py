@@ -30,12 +30,13 @@ from typing import Any, Callable, Iterable, Mapping
 from grader import __version__
 from grader.checks import failures
 from grader.checks.base import Answers, CheckContext, Verdict
+from grader.checks.runs import unfinished
 from grader.course import Practical
 from grader.grade.answers import load_answers, manual_texts
 from grader.grade.intake import take, unrunnable
 from grader.grade.machine import machine_key
 from grader.grade.options import MIN_RUN_S, RELAUNCH_GAIN, WORKING_RELAUNCH_FACTOR, GradeOptions, run_share_s, time_limits
-from grader.grade.pace import Paces
+from grader.grade.pace import Paces, baseline_times
 from grader.grade.plan import JobMaker, carried, choose_args, deferred_checks, drawn_note, plan_runs, reference_at_hand, runs_of, untimed_workloads
 from grader.grade.prepared import Prepared
 from grader.probe.messages import DdpOptions
@@ -101,15 +102,15 @@ class _Launcher:
             if not (result.timed_out or result.skipped or result.error):
                 self.paces.ended(run, result.wall_s)
             return result
-        if (run.name, steps) not in self.paces.reference_s:
+        if (run.name, steps) not in self.paces.reference_s and self.paces.reference_at_hand:
             self(run, "reference", 0, steps)
         reference_s = self.paces.reference_s.get((run.name, steps))
-        pace = self.paces.limit_s(run, steps, timed) if reference_s is not None else None
+        pace = self.paces.limit_s(run, steps, timed) if reference_s is not None or not self.paces.reference_at_hand else None
         if pace is None or pace > RELAUNCH_GAIN * result.spec.timeout_s:
             result, _ = self._launch(run, role, repeat, steps, shares, pace)
         elif self.paces.own_s:  # its runs so far ended by themselves: a stop at its pace is likelier the machine's load than a hang
             result, _ = self._launch(run, role, repeat, steps, shares, WORKING_RELAUNCH_FACTOR * result.spec.timeout_s)
-        return replace(result, reference_s=reference_s)
+        return replace(result, reference_s=reference_s, reference_measured="on this machine" if self.paces.reference_at_hand else "on the course's machines (twice the longest they measured)")
 
     def _launch(self, run: RunDef, role: str, repeat: int, steps: int | None, shares: int, pace: float | None = None) -> tuple[JobResult, bool]:
         """One launch, and whether `pace` (rather than the budget) set its limit."""
@@ -187,8 +188,9 @@ def _judge_all(practical: Practical, checks: tuple[CheckSpec, ...], deferred: Ma
             continue
         chosen = tuple(results.values()) if everything else tuple(results[name] for name in spec.runs if name in results)
         context = replace(base, runs=chosen, options=spec.options)
+        definition = practical.module.CHECKS[spec.check]
         try:
-            verdict = practical.module.CHECKS[spec.check].function(context)
+            verdict = (definition.whole_run and unfinished(chosen)) or definition.function(context)
         except Exception as exc:  # noqa: BLE001 - a bug in a check must not lose the other checks
             errors.append(f"check {spec.id} failed: {type(exc).__name__}: {exc}")
             graded.append(CheckResult(spec.id, spec.title, number, 0.0, spec.points, Status.ERROR, "the grader failed while judging this check (not your fault)", visibility=spec.visibility))
@@ -252,7 +254,9 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
         job_for = JobMaker(practical, options, args, folder, prepared, limits.run_s, timed, workloads, gpus)
         hub_timing = HubTiming(practical, args, tuple(r for r in timed if carried(r, gpus)))
         schedule = Schedule(timed, reference_launched(practical, graded, runs), assignment.timing.repeats, doubts(practical, graded, assignment.timing.warmup_steps, hub_timing), clocked_steps(assignment, args, timed, gpus), stretched_steps(assignment, args, timed, gpus))
-        paces = Paces(options.run_timeout_s is None and reference_at_hand(practical, options), gpus)
+        at_hand = reference_at_hand(practical, options)
+        baselines = {} if at_hand else baseline_times(options.calibration)  # a self-check in the student's repository: the course's measured times stand in
+        paces = Paces(options.run_timeout_s is None and (at_hand or bool(baselines)), gpus, reference_s=baselines, reference_at_hand=at_hand)
         launcher = _Launcher(runner, job_for, started + limits.total_s, limits.total_s, prepared.problem, options.progress, TimedLaunches(schedule, limits.total_s), paces)
         results, timings = _run_all(runs, launcher, partial(adopted_options, references=references))
         timings = {name: hub_timing(name, launches) for name, launches in timings.items()}

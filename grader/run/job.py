@@ -77,6 +77,7 @@ class RankResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     stack: list[Frame] | None = None  # the student's frames from a fault dump (hang or crash)
+    cpu_share: float | None = None  # stopped while running: the share of the CPU time it could have had that its processes used just before (the kernel's count), None where not stopped or not read
 
     @property
     def exit_code(self) -> int | None:
@@ -118,6 +119,7 @@ class JobResult:
     step_ends: tuple[float, ...] | str | None = None  # a timed launch's steps by the hub's clock, or why it cannot be timed (grader/grade/timing.py carried_work)
     load: LaunchLoad | None = None  # what the kernel counted of the machine's load while it ran (grader/run/load.py); None: not measured
     reference_s: float | None = None  # the reference solution's time for the same run here, where the run was stopped at a pace set from it (grader/grade/options.py pace_limit_s)
+    reference_measured: str = "on this machine"  # where reference_s was measured (the course's baselines stand in where no reference is at hand)
 
     @property
     def layout(self) -> Layout:

@@ -70,7 +70,7 @@ from grader.probe.zygote import children_of
 from grader.run import procs
 from grader.run.cgroups import Caps, Cgroups, JobGroup, Usage, open_cgroups
 from grader.run.job import JobResult, JobSpec, RankResult
-from grader.run.load import SAMPLE_S, LoadMeter
+from grader.run.load import SAMPLE_S, LoadMeter, allowed_cpus
 from grader.run.records import read_records
 from grader.run.safeio import read_text_tail
 from grader.run.sandbox import IDENTITY, NO_ISOLATION, SCRATCH, UID_TIER, Limits, Sandbox, size_text
@@ -526,10 +526,12 @@ class LocalRunner:
         wall = time.monotonic() - started
         meter.sample(force=True)
         load = meter.stop()
+        shares: dict[int, float] = {}
         if timed_out:
             # the launcher reports pids as seen inside the sandbox's pid namespace
             host = procs.host_pids(zygote.proc.pid, {*pids.values(), leader})
             pids = {rank: host[pid] for rank, pid in pids.items() if pid in host}
+            shares = cpu_shares({rank: pid for rank, pid in pids.items() if rank not in status})
             self._dump_stacks(pids, status, job_dir)
             if group is None:
                 for pid in pids.values():
@@ -551,7 +553,7 @@ class LocalRunner:
         launcher_lost = not leader_gone and not zygote.alive()
         if launcher_lost:
             domain.stop()  # the next job starts a new launcher
-        ranks = [self._rank_result(job, job_dir, rank, status.get(rank)) for rank in range(job.layout.world_size)]
+        ranks = [self._rank_result(job, job_dir, rank, status.get(rank), shares.get(rank)) for rank in range(job.layout.world_size)]
         traffic = None if job.carrier is None else traffic_report(carried, timed_out)
         caps = self._caps_hit(group.usage() if group is not None else None, domain)
         return JobResult(
@@ -621,7 +623,7 @@ class LocalRunner:
                 break
             sizes = now
 
-    def _rank_result(self, job: JobSpec, job_dir: Path, rank: int, status: str | None) -> RankResult:
+    def _rank_result(self, job: JobSpec, job_dir: Path, rank: int, status: str | None, cpu_share: float | None = None) -> RankResult:
         folder = job_dir / f"rank{rank}"
         faults = read_text_tail(folder / "faults", 64 << 10)
         return RankResult(
@@ -633,7 +635,24 @@ class LocalRunner:
             stdout_tail=read_text_tail(folder / "stdout", self.options.output_tail_bytes),
             stderr_tail=read_text_tail(folder / "stderr", self.options.output_tail_bytes),
             stack=student_frames(faults, job_dir / "work") if faults else None,
+            cpu_share=cpu_share,
         )
+
+
+BUSY_WINDOW_S = 0.3  # how long a stopped job's ranks are watched for CPU before their stacks are asked for
+
+
+def cpu_shares(pids: dict[int, int], window_s: float = BUSY_WINDOW_S) -> dict[int, float]:
+    """rank -> the share of the CPU time it could have had over `window_s` (a CPU, or its share
+    of the CPUs where the ranks outnumber them) that its process and those below it used (the
+    kernel's schedstat): a rank stopped at its time limit that is still computing reads near 1,
+    one waiting for a peer or a message near 0."""
+    fair_ns = min(1.0, len(allowed_cpus()) / max(len(pids), 1)) * 1e9
+    before = {rank: procs.tree_run_ns(pid) for rank, pid in pids.items()}
+    started = time.monotonic()
+    time.sleep(window_s)
+    elapsed = time.monotonic() - started
+    return {rank: max(0, procs.tree_run_ns(pid) - before[rank]) / (elapsed * fair_ns) for rank, pid in pids.items()}
 
 
 WAITED_FOR = {

@@ -134,6 +134,12 @@ def tree_schedstats(ancestor: int) -> tuple[int, dict[int, tuple[int, int]]]:
     return sum(table[pid][1] for pid in below), found
 
 
+def tree_run_ns(ancestor: int) -> int:
+    """The nanoseconds on a CPU of every task (thread) of `ancestor` and the processes below it
+    that are alive now (the kernel's schedstat)."""
+    return sum(ran for ran, _ in tree_schedstats(ancestor)[1].values())
+
+
 def _parent_and_nspids(pid: int) -> tuple[int, list[int]] | None:
     try:
         with open(f"/proc/{pid}/status", "rb") as handle:
