@@ -32,7 +32,7 @@ from grader.files import write_atomically
 from grader.results.gradescope import document_text, provenance_of, read_document, with_provenance
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
-RESERVED = frozenset({"queue", "inbox", "logs", "repositories", "feedback", "problems"})  # the store's own folders, never a student
+RESERVED = frozenset({"queue", "inbox", "logs", "repositories", "feedback", "problems", "requests"})  # the store's own folders, never a student
 # Results are the staff's: a student reads their own feedback through their repository only.
 # Folders 0750 and results 0640, in the group of the store's root (make it the staff's group).
 FILE_MODE, FOLDER_MODE = 0o640, 0o750

@@ -28,7 +28,8 @@ def test_the_export_holds_templates_public_checks_and_the_self_check(tmp_path: P
     assert done.returncode == 0, done.stderr
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert {"assignments/p6/p6_ddp.py", "assignments/p5/answers.yaml", "assignments/p4/p4_concepts.ipynb", "course.yaml", "README.md", "pyproject.toml", "scripts/setup.sh", ".github/workflows/student-self-check.yml", "grader/cli.py", "grader/probe/zygote.py"} <= files
-    assert not [f for f in files if f.startswith(("solutions/", "tests/", "bench/", ".ci/", "templates/", "calibration/"))]
+    assert not [f for f in files if f.startswith(("solutions/", "tests/", "bench/", ".ci/", "templates/"))]
+    assert [f for f in files if f.startswith("calibration/")] == ["calibration/p6.yaml"]  # the course's baselines, where measured: the self-check's pace
     readme = (out / "README.md").read_text()
     assert "## Reading your feedback" in readme and read_command("p5") in readme  # the push's own hint, and how to read the feedback (of the first practical with a script)
     spec = yaml.safe_load((out / "assignments" / "p6" / "assignment.yaml").read_text())

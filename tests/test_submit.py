@@ -368,6 +368,33 @@ def test_the_hook_queues_each_pushed_practical_and_says_so(pushed, store: Result
     assert receive([f"{second} {second} refs/heads/main"], repo, store, backend) == [f"nothing to grade in {second[:7]} (no practical's folder changed)"]
 
 
+def test_a_student_asks_for_a_regrade_with_a_commit_message_at_most_three_times_a_day(pushed, store: ResultsStore) -> None:
+    """An empty commit whose message starts with "regrade" grades the pushed commit again for the
+    practicals it names ("regrade" alone: all the student submitted), its feedback delivered as
+    any push's; a fourth request of a practical within 24 hours is refused, saying when the
+    next may come; a practical never submitted is not regraded."""
+    repo, first, second = pushed
+    backend = FakeBackend()
+    tree = git("rev-parse", f"{second}^{{tree}}", cwd=repo)
+
+    def asked(parent: str, message: str) -> str:
+        return git("commit-tree", tree, "-p", parent, "-m", message, cwd=repo)
+
+    early = asked(second, "regrade p6")
+    assert receive([f"{second} {early} refs/heads/main"], repo, store, backend) == [f"nothing to grade in {early[:7]} (no practical's folder changed, and no regrade of one you submitted can be made)"]
+    assert receive([f"{first} {second} refs/heads/main"], repo, store, backend)[0] == f"queued p6 @{second[:7]}: started as job fake-1"
+    parent = second
+    for request in (1, 2, 3):
+        commit = asked(parent, "regrade p6 please" if request == 1 else "Regrade: the machine was busy")
+        assert receive([f"{parent} {commit} refs/heads/main"], repo, store, backend) == [f"regrade of p6: request {request} of 3 in 24 hours", f"queued p6 @{commit[:7]}: started as job fake-{request + 1}", READ_FEEDBACK]
+        parent = commit
+    refused = asked(parent, "regrade")
+    said = receive([f"{parent} {refused} refs/heads/main"], repo, store, backend)
+    assert said[0].startswith("regrade of p6 refused: 3 in the last 24 hours already (at most 3); the next from ") and said[1].startswith(f"nothing to grade in {refused[:7]}")
+    assert parent in {s.commit for s in Queue(store).pending()} and refused not in {s.commit for s in Queue(store).pending()}  # nothing queued for the refused one
+    assert receive([f"{parent} {asked(parent, 'a regrade, maybe')} refs/heads/main"], repo, store, backend)[0].startswith("nothing to grade")  # the message must start with it
+
+
 def test_the_hook_records_a_push_when_grading_is_down(pushed, store: ResultsStore) -> None:
     repo, first, second = pushed
     down = FakeBackend(down=True)

@@ -11,9 +11,16 @@ open), or, when the pushes' dispatcher is running already, asks it for one more 
 (`remote: queued p6 @abc1234: started as job 42`), and always exits 0: it never blocks or
 breaks a push, also when grading is down — the record stays queued, and the next dispatch
 (the next push, `grader dispatch`, a cron job) starts it.
+
+A student asks for a regrade with a commit whose message starts with "regrade" (`git commit
+--allow-empty -m "regrade p6"`; "regrade" alone: every practical they have submitted): the
+pushed commit is graded for those practicals as any push is (its files are the latest ones),
+its feedback on the feedback branch, at most REGRADES_PER_DAY times a practical in 24 hours
+(`regrade_request`; the requests are kept in the store's requests/ folder).
 """
 from __future__ import annotations
 
+import datetime
 import os
 import shlex
 import subprocess
@@ -24,6 +31,7 @@ from typing import Callable, Iterable, TextIO
 
 from grader.course import Course
 from grader.results.escape import terminal_line
+from grader.files import write_atomically
 from grader.store import ResultsStore, safe_name
 from grader.submit.dispatch import WAITING_FOR_SLOT, pass_requested
 from grader.submit.feedback import read_command
@@ -83,6 +91,41 @@ def changed_practicals(repo: Path, old: str, new: str, practicals: tuple[str, ..
     return [p for p in practicals if p in folders]
 
 
+REGRADE = "regrade"
+REGRADES_PER_DAY = 3  # a student's regrade requests of one practical in 24 hours
+DAY = datetime.timedelta(days=1)
+
+
+def regrade_asked(repo: Path, commit: str, practicals: tuple[str, ...]) -> list[str] | None:
+    """The practicals a commit's message asks to regrade — its first line "regrade p6 p7"
+    (those of `practicals` it names) or "regrade" alone (all of them) — of those whose folder
+    the commit holds; None when its message asks for no regrade."""
+    done = subprocess.run(["git", "--git-dir", str(repo), "log", "-1", "--format=%s", commit], capture_output=True, text=True, env=git_free_environment())
+    words = done.stdout.split()
+    if not words or words[0].casefold().rstrip(":") != REGRADE:
+        return None
+    named = [practical for practical in practicals if practical in words[1:]]
+    held = changed_practicals(repo, ZERO, commit, practicals)  # every practical folder the commit holds
+    return [practical for practical in named or practicals if practical in held]
+
+
+def regrade_request(store: ResultsStore, student: str, practical: str, now: datetime.datetime) -> tuple[bool, str]:
+    """Whether a regrade of `practical` may go ahead for `student` now (recorded when it may),
+    and the sentence that says so: at most REGRADES_PER_DAY in any 24 hours."""
+    folder = store.root / "requests"
+    store.staff_folder(folder)
+    path = folder / f"{safe_name(student, 'student')}--{safe_name(practical, 'practical')}"
+    try:
+        earlier = [datetime.datetime.fromisoformat(line) for line in path.read_text(encoding="utf-8").split()]
+    except (OSError, ValueError):
+        earlier = []
+    recent = sorted(moment for moment in earlier if now - moment < DAY)
+    if len(recent) >= REGRADES_PER_DAY:
+        return False, f"regrade of {practical} refused: {len(recent)} in the last 24 hours already (at most {REGRADES_PER_DAY}); the next from {(recent[0] + DAY):%Y-%m-%d %H:%M} UTC"
+    write_atomically(path, "\n".join(moment.isoformat() for moment in [*recent, now]) + "\n", mode=0o640)
+    return True, f"regrade of {practical}: request {len(recent) + 1} of {REGRADES_PER_DAY} in 24 hours"
+
+
 def start_detached(command: list[str], log: Path) -> None:
     """Start `command` in its own session, its output to `log`: it outlives the hook and
     holds none of git's pipes."""
@@ -137,8 +180,16 @@ def receive(lines: Iterable[str], repo: Path, store: ResultsStore, course: Cours
             continue
         old, new, _ = parts
         practicals = changed_practicals(repo, old, new, course.practicals)
+        asked = regrade_asked(repo, new, course.practicals)
+        if asked is not None:
+            submitted = {practical for who, practical, _ in store.graded() if who == student} | {s.practical for s in queue.pending() if s.student == student}
+            asked = [practical for practical in asked if practical in practicals or practical in submitted]
+            for practical in [p for p in asked if p not in practicals]:
+                allowed, said = regrade_request(store, student, practical, datetime.datetime.now(datetime.timezone.utc))
+                _tell(out, said)
+                practicals += [practical] if allowed else []
         if not practicals:
-            _tell(out, f"nothing to grade in {new[:7]} (no practical's folder changed)")
+            _tell(out, f"nothing to grade in {new[:7]} (no practical's folder changed{'' if asked is None else ', and no regrade of one you submitted can be made'})")
         for practical in practicals:
             submission = Submission(student=student, practical=practical, commit=new, source={"kind": "git", "repo": str(repo)}, backend=backend, options=dict(options))
             status = queue.add(submission)
