@@ -17,7 +17,10 @@ What the rest of the machine used (`LaunchLoad.others_cpu_s`) is the busy time l
 and the grader's. Over the whole launch, more than DISTURBED_SHARE of the machine makes it
 disturbed (`LaunchLoad.disturbed`: launches timed by the grader's clock); every SAMPLE_S, more
 than SPAN_SHARE of the CPUs makes the interval a busy span (`LaunchLoad.busy_spans`: steps
-timed by the hub's clock). The derivation is in docs/design.md (speed checks: steps and
+timed by the hub's clock), widened by the samples on either side: a burst that began late in a
+sample, or ended early in one, may leave it under SPAN_SHARE though the steps in it ran beside
+the burst (without that margin, two correct variants with one collective more per step read
+1.31× and 1.35× on their "quiet" steps in 90 gradings beside bursts: bench/RESULTS.md). The derivation is in docs/design.md (speed checks: steps and
 launches disturbed by other load).
 """
 from __future__ import annotations
@@ -45,7 +48,7 @@ class LaunchLoad:
     others_cpu_s: float  # the rest of the machine, the grader's own process left out
     waited_s: float  # the job's tasks runnable but waiting for a CPU (as sampled)
     ran_s: float  # the job's tasks on a CPU (as sampled, beside waited_s)
-    busy_spans: tuple[tuple[float, float], ...] = ()  # the intervals (CLOCK_MONOTONIC) in which other load took more than SPAN_SHARE of the CPUs
+    busy_spans: tuple[tuple[float, float], ...] = ()  # the intervals (CLOCK_MONOTONIC) in which other load took more than SPAN_SHARE of the CPUs, each with the samples on either side
 
     @property
     def others_share(self) -> float:
@@ -157,10 +160,11 @@ class LoadMeter:
         job = max((ran - ran_before) / 1e9, (ticks - ticks_before) * TICK_S)  # the tasks' nanoseconds, or the tree's ticks where a task ended unseen (its reaper's count holds it)
         others = (busy - busy_before) - (own - own_before) - job
         if now > before and others > SPAN_SHARE * (now - before) * len(self.cpus):
-            if self._spans and self._spans[-1][1] >= before:
-                self._spans[-1] = (self._spans[-1][0], now)
+            span = (before - (now - before), now + SAMPLE_S)  # with the samples on either side: a burst that began late in one, or ended early in one, may leave it under SPAN_SHARE
+            if self._spans and self._spans[-1][1] >= span[0]:
+                self._spans[-1] = (self._spans[-1][0], span[1])
             else:
-                self._spans.append((before, now))
+                self._spans.append(span)
         self._last = (now, busy, own, ran, ticks)
 
     def stop(self) -> LaunchLoad:
