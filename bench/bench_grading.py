@@ -582,12 +582,13 @@ LOADS = {
 }
 
 
-def steady_section(work: Path, gradings: int, load: str | None = None, only: tuple[str, ...] = (), speed_only: bool = False) -> list[str]:
+def steady_section(work: Path, gradings: int, load: str | None = None, only: tuple[str, ...] = (), speed_only: bool = False, first: int = 1) -> list[str]:
     """Every reference solution and correct variant (of the practicals `only`, where given)
     graded `gradings` times in a row, timed, with `load` (LOADS) beside them throughout: the
     Markdown section that says how many gradings fell short of full marks, and which checks,
     and how many had a check deferred. `speed_only`: each grading is `efficiency` alone
-    (`timed_grading`), a third of a full grading's time."""
+    (`timed_grading`), a third of a full grading's time. `first`: the first grading's number
+    (and so its seed), to go on from an earlier run."""
     submissions = [entry for entry in correct_submissions(work) if not only or entry[0] in only]
     short: dict[str, list[str]] = {f"{p} {name}": [] for p, name, _ in submissions}
     deferred: dict[str, list[str]] = {key: [] for key in short}
@@ -595,7 +596,7 @@ def steady_section(work: Path, gradings: int, load: str | None = None, only: tup
     started = time.perf_counter()
     beside = competing_load() if load == "busy" else bursty_load(0) if load == "bursty" else None
     try:
-        _steady_gradings(work, gradings, submissions, short, deferred, ratios, timed_grading if speed_only else full_grading)
+        _steady_gradings(work, range(first - 1, first - 1 + gradings), submissions, short, deferred, ratios, timed_grading if speed_only else full_grading)
     finally:
         if beside is not None:
             beside.terminate()
@@ -603,12 +604,12 @@ def steady_section(work: Path, gradings: int, load: str | None = None, only: tup
     minutes = (time.perf_counter() - started) / 60
     flaky, put_off = sum(len(found) for found in short.values()), sum(len(found) for found in deferred.values())
     title, how = LOADS[load] if load else ("", "")
-    flags = f"{' --' + load if load else ''}{' --practicals ' + ','.join(only) if only else ''}{' --speed-only' if speed_only else ''}"
+    flags = f"{' --' + load if load else ''}{' --practicals ' + ','.join(only) if only else ''}{' --speed-only' if speed_only else ''}{f' --first {first}' if first != 1 else ''}"
     lines = [
         f"## Steady verdicts{' with ' + title if title else ''}: correct submissions graded again and again",
         "",
         f"Measured {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by `python bench/bench_grading.py --steady {gradings}{flags}` ({minutes:.0f} min): "
-        f"every reference solution and every correct variant of the tests{' of ' + ', '.join(only) if only else ''}, graded {gradings} times in a row, timed, each with its own seed"
+        f"every reference solution and every correct variant of the tests{' of ' + ', '.join(only) if only else ''}, graded {gradings} times in a row{f' (gradings {first}–{first + gradings - 1})' if first != 1 else ''}, timed, each with its own seed"
         f"{' (`efficiency` alone: its timed runs against the reference, in the sandbox)' if speed_only else ''}"
         f"{', ' + how if how else ''}. "
         f"**{flaky} of {gradings * len(submissions)}** gradings fell short of full marks (target 0); **{put_off}** had a check deferred.",
@@ -662,9 +663,9 @@ def timed_grading(work: Path, practical: str, folder: Path, seed: int) -> Outcom
     return lost, [check.id] if check.status.value == "deferred" else [], report.score < report.max_score, ratio, f"{report.score:g}/{report.max_score:g}"
 
 
-def _steady_gradings(work: Path, gradings: int, submissions: list[tuple[str, str, Path]], short: dict[str, list[str]], deferred: dict[str, list[str]], ratios: dict[str, list[float]], grading: Callable[[Path, str, Path, int], Outcome] = full_grading) -> None:
+def _steady_gradings(work: Path, rounds: range, submissions: list[tuple[str, str, Path]], short: dict[str, list[str]], deferred: dict[str, list[str]], ratios: dict[str, list[float]], grading: Callable[[Path, str, Path, int], Outcome] = full_grading) -> None:
     """steady_section's gradings, round by round, into `short`, `deferred` and `ratios`."""
-    for run in range(gradings):
+    for run in rounds:
         for practical, name, folder in submissions:
             lost, put_off, points_short, ratio, score = grading(work, practical, folder, 4000 + run)
             if put_off:
@@ -800,6 +801,7 @@ def main() -> None:
     load.add_argument("--busy", action="store_true", help="with --steady: a competing process keeps the last core busy throughout")
     load.add_argument("--bursty", action="store_true", help="with --steady or --shapes: bursts of one or two busy processes beside the gradings (bench/bursts.py)")
     parser.add_argument("--practicals", help="with --steady: only these practicals (comma-separated), e.g. p6,p10")
+    parser.add_argument("--first", type=int, default=1, metavar="K", help="with --steady: number the gradings (and seed them) from K, to go on from an earlier run")
     parser.add_argument("--speed-only", action="store_true", help="with --steady: each grading is `efficiency` alone (its timed runs against the reference's, in the sandbox)")
     parser.add_argument("--spread", type=int, metavar="N", help="only the spread section: p6's and p10's references graded N times each, the efficiency ratio's spread by both statistics; spliced into --out")
     parser.add_argument("--clocked", type=int, metavar="N", help="only the grader's-clock section: p6's timed run not carried, the reference under a busy core and a planted 1.5× slowdown, N gradings each; spliced into --out")
@@ -812,7 +814,7 @@ def main() -> None:
     if options.steady or options.spread or options.clocked or options.shapes or options.memory or options.compare:
         section = (
             compare_with(options.compare, work, options.repeat + 1, "## A graded p6 and p10 before and after (the grader of {commit} against this checkout's)", ("p6", "p10")) if options.compare
-            else steady_section(work, options.steady, "busy" if options.busy else "bursty" if options.bursty else None, tuple(options.practicals.split(",")) if options.practicals else (), options.speed_only) if options.steady
+            else steady_section(work, options.steady, "busy" if options.busy else "bursty" if options.bursty else None, tuple(options.practicals.split(",")) if options.practicals else (), options.speed_only, options.first) if options.steady
             else shapes_section(work, options.shapes, tuple(options.shape or ()), options.bursty) if options.shapes
             else spread_section(work, options.spread) if options.spread
             else clocked_section(work, options.clocked) if options.clocked
