@@ -262,6 +262,27 @@ def test_a_pass_that_a_slow_step_hidden_under_other_load_could_turn_is_deferred(
     assert not speed.efficiency(context(["timed"], {"timed": timing.TimedRuns(own=seen, reference=reference)}, {"max_ratio": 1.3}, warmup=2)).passed
 
 
+def test_a_fail_beside_disturbed_launches_that_the_fastest_steps_do_not_bear_out_is_deferred() -> None:
+    """Bursts of other load beside every launch (30% of the machine) that no sample counted over
+    any step (a burst beside ranks and a hub that keep both CPUs busy gets less than its share),
+    and 12 of the submission's 18 steps 1.5× slower: 1.33× by the steps read quiet, but its
+    fastest tenth runs at the reference's pace. Whether the slower steps are the program's or
+    the load's cannot be told: deferred, never failed. The same launches on a quiet machine
+    fail, and a program slower in every step fails beside the load too."""
+    reference = tuple(hub_steps("timed@reference", [0.02] * 18) for _ in range(3))
+    loaded = lambda run: replace(run, load=replace(run.load, others_cpu_s=0.6))  # noqa: E731 - a launch the load touched, no step of it counted busy
+    own = tuple(hub_steps("timed", slowed_where(range(12), factor=1.5)) for _ in range(3))
+    verdict = speed.efficiency(context(["timed"], {"timed": timing.TimedRuns(own=tuple(map(loaded, own)), reference=tuple(map(loaded, reference)))}, {"max_ratio": 1.3}, warmup=2))
+    assert verdict.deferred and not verdict.passed, verdict.summary
+    assert "in 3 of 3 rounds of launches other processes used more than 10% of the machine's CPU time (up to 30%" in verdict.deferred
+    assert "your fastest tenth of steps read 1.00× the reference's, within the 1.3× allowed: whether the slower rest is your program's or the load's cannot be told here. On those launches your steps read 1.33×" in verdict.deferred, verdict.deferred
+    quiet = speed.efficiency(context(["timed"], {"timed": timing.TimedRuns(own=own, reference=reference)}, {"max_ratio": 1.3}, warmup=2))
+    assert not quiet.passed and not quiet.deferred and "1.33× the reference's step time, above the 1.3× allowed" in quiet.summary
+    slow = tuple(loaded(hub_steps("timed", [0.03] * 18)) for _ in range(3))
+    verdict = speed.efficiency(context(["timed"], {"timed": timing.TimedRuns(own=slow, reference=tuple(map(loaded, reference)))}, {"max_ratio": 1.3}, warmup=2))
+    assert not verdict.passed and not verdict.deferred and "1.50× the reference's step time" in verdict.summary
+
+
 def test_a_first_timed_step_that_began_later_only_where_other_load_ran_before_it_is_not_charged_for_good() -> None:
     """The submission's one launch of 60 steps began its first timed step 0.8 s after the
     start, where those of 20 began at 0.2 s: as work moved ahead of the loop, 15 ms a step. Where

@@ -21,9 +21,10 @@ more rounds before the verdict (grader/grade/timing.py): failing takes twice the
 while a slow submission stays slow in every round, and a verdict near the limit, or on
 disturbed launches, rests on more of them. Steps (by the hub's clock) or rounds (by the
 grader's) during which the kernel saw other load take the CPUs (grader/run/load.py) are set
-aside where enough quiet ones remain; where too few do, a verdict that would fail is deferred
-with the evidence, never failed (`judged_rounds`, `shared_quiet`, `busy_reason`,
-`busy_machine`). A side that could not be timed fails the
+aside where enough quiet ones remain; where too few do, or where a failing verdict beside
+disturbed launches is not borne out by the submission's fastest steps, a verdict that would fail
+is deferred with the evidence, never failed (`judged_rounds`, `shared_quiet`, `busy_reason`,
+`unsure_fail`, `busy_machine`). A side that could not be timed fails the
 check when it is the submission's own launches (a crash is not a fast run), and defers it
 when it is the reference's (not the student's doing).
 """
@@ -36,7 +37,7 @@ from grader.checks import failures
 from grader.checks.base import CheckContext, CheckDef, OptionDef, Verdict
 from grader.results.model import Later
 from grader.run.job import JobResult
-from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, busy_reason, charged, cost_ratio, describe_counts, judged_rounds, measure, shared_quiet, unsure_pass
+from grader.speed.measure import QUIET_ROUNDS, Disturbance, Measurement, TimedRuns, busy_reason, charged, cost_ratio, describe_counts, judged_rounds, measure, shared_quiet, unsure_fail, unsure_pass
 
 
 def measured(launches: Sequence[JobResult], warmup: int = 1) -> Measurement:
@@ -119,7 +120,7 @@ def efficiency(ctx: CheckContext) -> Verdict:
             return Verdict(False, "", deferred=f"the reference solution could not be timed here ({reference.problem})")
         ratio = cost_ratio(own, reference)
         ok = ratio <= limit
-        busy = busy_reason(own, reference, disturbance) if not ok else unsure_pass(own, reference, limit)
+        busy = busy_reason(own, reference, disturbance) or unsure_fail(own, reference, disturbance, limit) if not ok else unsure_pass(own, reference, limit)
         if busy:
             return Verdict(False, "", deferred=f"{run.spec.name}: {busy_machine(busy, ratio)}", later=Later.QUIET_MACHINE, data={"speed": {run.spec.name: {"ratio": round(ratio, 4), "max_ratio": limit, "load": disturbance.as_data(), **_launch_loads(ctx.timings[run.spec.name])}}})
         passed &= ok

@@ -381,6 +381,25 @@ def unsure_pass(own: Measurement, reference: Measurement, limit: float) -> str |
     return None
 
 
+def unsure_fail(own: Measurement, reference: Measurement, disturbance: Disturbance, limit: float) -> str | None:
+    """Why a fail on these sides might rest on other load (None: it does not), by the hub's
+    clock: other load disturbed launches of the grading (`Disturbance`), and the submission's
+    fastest tenth of steps is within `limit` of the reference's. The steps the load meter left
+    quiet are those no sample counted it over; a burst beside a job whose ranks and hub keep
+    both CPUs busy gets less than its share of the CPUs and can stay under SPAN_SHARE while it
+    slows each collective's round trip: a correct variant with one all-reduce more per step
+    (1.11× by its fastest tenth) read 1.30× on its "quiet" steps beside bursts of load. Load
+    only slows, so a fastest tenth within the limit says the program can run its steps at the
+    reference's pace; whether its slower rest is its own or the load's is then a question for a
+    quiet machine (a regrade)."""
+    if own.pair_steps is not None or not disturbance.disturbed:
+        return None
+    fastest = own.undisturbed_s / reference.undisturbed_s if reference.undisturbed_s > 0 else None
+    if fastest is None or fastest > limit:
+        return None
+    return f"{disturbance.describe()}, and your fastest tenth of steps read {fastest:.2f}× the reference's, within the {limit:g}× allowed: whether the slower rest is your program's or the load's cannot be told here"
+
+
 def judged_rounds(timed: TimedRuns) -> tuple[TimedRuns, Disturbance]:
     """The launches a speed verdict rests on, and how other load touched the rounds. Timed by
     the grader's clock (pairs of whole launches): where a launch of a round (the submission's
