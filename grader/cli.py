@@ -73,7 +73,7 @@ from grader.run.virtual_env import virtual_gpu_environment
 from grader.spec import SpecError
 from grader.store import ResultsStore, StoreError
 from grader.submit import hook
-from grader.submit.backends import Backend, LocalBackend, SlurmBackend
+from grader.submit.backends import Backend, named_backend
 from grader.submit.dispatch import dispatch, dispatch_coalesced, inbox, job_minutes, progress, settle, wait
 from grader.submit.feedback import stored_report
 from grader.submit.problems import open_problems
@@ -268,6 +268,7 @@ def _parser() -> argparse.ArgumentParser:
     rg.add_argument("--commit", help="only this commit (or the first characters of it)")
     rg.add_argument("--errors", action="store_true", help="only results that are autograder errors")
     rg.add_argument("--stale", action="store_true", help="only results graded by another grader version or another version of the spec")
+    rg.add_argument("--deferred", action="store_true", help="only results with checks deferred for their machine: a follow-up of those checks alone at course.yaml's `deferred` place, merged into the grade")
     rg.add_argument("--wait", action="store_true", help="dispatch until the regrades are done")
 
     st = commands.add_parser("status", help="what was graded, what is queued")
@@ -609,10 +610,6 @@ def cmd_observe(args: argparse.Namespace) -> int:
     return observation.exit_status
 
 
-def _backend(name: str) -> Backend:
-    return SlurmBackend() if name == "slurm" else LocalBackend()
-
-
 def _job_options(args: argparse.Namespace) -> dict:
     """The options of a grading job that are kept with its queued submission."""
     return {"gpus": args.gpus, "partition": args.partition, "time_min": args.time, "cpus": args.cpus, "mem_mb": args.mem}
@@ -658,13 +655,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
             Queue(store).remove(submission.key)
             print(f"error: {args.submission} cannot be submitted: {exc}", file=sys.stderr)
             return 1
-        what = settle(Queue(store), submission, course, _backend(args.backend))
+        what = settle(Queue(store), submission, course, named_backend(args.backend))
         _say(f"queued {submission.practical} for {submission.student} @{submission.commit}: {what}")
     else:
         _say(f"{submission.practical} for {submission.student} @{submission.commit}: {status}")
     if not args.wait:
         return 0
-    if not wait(store, course, _backend(args.backend), {submission.key}, timeout_s=time_min * 60 + 600, report=_say):
+    if not wait(store, course, named_backend(args.backend), {submission.key}, timeout_s=time_min * 60 + 600, report=_say):
         print("error: no result in time; the submission stays queued", file=sys.stderr)
         return 1
     path = store.path_for(submission.student, submission.practical, submission.commit)
@@ -683,31 +680,31 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     course = _course(args)
     store = ResultsStore(args.results_dir)
     if args.wait:
-        return 0 if wait(store, course, _backend(args.backend), timeout_s=args.timeout, report=_say) else 1
+        return 0 if wait(store, course, named_backend(args.backend), timeout_s=args.timeout, report=_say) else 1
     if args.coalesce:
-        happened = dispatch_coalesced(store, course, _backend(args.backend))
+        happened = dispatch_coalesced(store, course, named_backend(args.backend))
         if happened is None:
             _say("another dispatcher is running: it makes one more pass for this one")
         for key, what in (happened or {}).items():
             _say(f"{key}: {what}")
         return 0
-    for key, what in dispatch(store, course, _backend(args.backend)).items():
+    for key, what in dispatch(store, course, named_backend(args.backend)).items():
         _say(f"{key}: {what}")
     return 0
 
 
 def cmd_regrade(args: argparse.Namespace) -> int:
     course, store = _course(args), ResultsStore(args.results_dir)
-    selection = Selection(practical=args.practical, student=args.student, commit=args.commit, errors=args.errors, stale=args.stale)
+    selection = Selection(practical=args.practical, student=args.student, commit=args.commit, errors=args.errors, stale=args.stale, deferred=args.deferred)
     done = regrade(store, course, selection, args.backend)
     for item in done:
         _say(f"{item.name}: {item.what}")
     keys = {item.key for item in done if item.key}
     print(f"{len(keys)} of {len(done)} selected result(s) queued again" if done else "no stored result matches")
     if args.wait and keys:
-        return 0 if wait(store, course, _backend(args.backend), keys=keys, report=_say) else 1
+        return 0 if wait(store, course, named_backend(args.backend), keys=keys, report=_say) else 1
     if keys:
-        dispatch(store, course, _backend(args.backend))
+        dispatch(store, course, named_backend(args.backend))
     return 0
 
 
@@ -715,7 +712,7 @@ def cmd_work(args: argparse.Namespace) -> int:
     store, course = ResultsStore(args.results_dir), _course(args)
     _say(work(store, course, args.key))
     if args.then_dispatch:
-        for key, what in dispatch(store, course, _backend(args.then_dispatch)).items():
+        for key, what in dispatch(store, course, named_backend(args.then_dispatch)).items():
             _say(f"{key}: {what}")
     return 0
 
@@ -798,8 +795,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     backends: dict[str, Backend] = {}
     for submission in Queue(store).pending():
         if args.student in (None, submission.student):
-            backend = backends.setdefault(submission.backend, _backend(submission.backend)) if submission.backend in ("local", "slurm") else None
-            _say(f"{submission.student:<16} {submission.practical:<5} {submission.commit[:10]:<10} {progress(submission, backend)}")
+            backend = backends.setdefault(submission.backend, named_backend(submission.backend)) if submission.backend in ("local", "slurm") else None
+            what = f"follow-up of {', '.join(submission.checks)}: " if submission.checks else ""
+            _say(f"{submission.student:<16} {submission.practical:<5} {submission.commit[:10]:<10} {what}{progress(submission, backend)}")
     if not rows and not Queue(store).pending():
         print("nothing graded or queued")
     return 0

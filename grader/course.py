@@ -32,12 +32,43 @@ class CourseError(Exception):
     """The course or one of its practicals cannot be found or loaded."""
 
 
+BACKENDS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
+class FollowUpPlace:
+    """Where the checks a grading defers for its machine are graded (course.yaml's `deferred`):
+    a follow-up job of those checks alone, for the same commit and seed (grader/submit/followup.py).
+
+        deferred:
+          backend: slurm     # or local
+          partition: gpu     # Slurm's partition (optional)
+          gpus: 2            # GPUs the job asks for (GRES)
+          time_min: 30       # the job's limit (optional: the spec's budget and 5 minutes)
+    """
+
+    backend: str = "slurm"
+    partition: str | None = None
+    gpus: int = 0
+    time_min: int | None = None
+
+    def describe(self) -> str:
+        """"partition gpu (2 GPUs)" or "the local backend"."""
+        where = f"partition {self.partition}" if self.partition else f"the {self.backend} backend"
+        return where + (f" ({self.gpus} GPUs)" if self.gpus else "")
+
+    def job_options(self) -> dict:
+        """The queued follow-up's job options (grader/submit/queue.py `Submission.options`)."""
+        return {key: value for key, value in (("partition", self.partition), ("gpus", self.gpus), ("time_min", self.time_min)) if value}
+
+
 @dataclass(frozen=True)
 class Course:
     root: Path
     title: str
     practicals: tuple[str, ...]
     policy: CoursePolicy = CoursePolicy()  # deadlines, extensions, late policy (grader/policy.py)
+    follow_up: FollowUpPlace | None = None  # where deferred checks are graded; None: they stay pending
 
     def spec_path(self, practical: str) -> Path:
         return self.root / "assignments" / practical / "assignment.yaml"
@@ -100,7 +131,27 @@ def load_course(root: Path) -> Course:
         policy = load_policy(data, practicals)
     except PolicyError as exc:
         raise CourseError(f"{path}: {exc}") from None
-    return Course(root=root, title=str(data.get("course", "")), practicals=practicals, policy=policy)
+    return Course(root=root, title=str(data.get("course", "")), practicals=practicals, policy=policy, follow_up=follow_up_place(data.get("deferred"), path))
+
+
+def follow_up_place(raw: object, path: Path) -> FollowUpPlace | None:
+    """course.yaml's `deferred` (FollowUpPlace), None where it is not set; CourseError naming
+    the key that is wrong."""
+    if raw is None:
+        return None
+    known = {"backend", "partition", "gpus", "time_min"}
+    if not isinstance(raw, dict) or set(raw) - known:
+        raise CourseError(f"{path}: deferred: expected a mapping of {', '.join(sorted(known))}, found {raw!r}")
+    backend, partition, gpus, minutes = raw.get("backend", "slurm"), raw.get("partition"), raw.get("gpus", 0), raw.get("time_min")
+    if backend not in BACKENDS:
+        raise CourseError(f"{path}: deferred.backend: expected one of {', '.join(BACKENDS)}, found {backend!r}")
+    if partition is not None and not (isinstance(partition, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", partition)):
+        raise CourseError(f"{path}: deferred.partition: expected a Slurm partition's name, found {partition!r}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= 64:
+        raise CourseError(f"{path}: deferred.gpus: expected a whole number from 0 to 64, found {gpus!r}")
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 24 * 60):
+        raise CourseError(f"{path}: deferred.time_min: expected minutes, from 1 to 1440, found {minutes!r}")
+    return FollowUpPlace(backend=backend, partition=partition, gpus=gpus, time_min=minutes)
 
 
 def _practical_module(course: Course, practical: str) -> ModuleType:

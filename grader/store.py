@@ -108,12 +108,27 @@ class ResultsStore:
         """Move the stored result of a commit into its history (<student>/<practical>/history/
         <commit>.<n>.json, n counting up), so that it can be graded again; returns where it went."""
         path = self.path_for(student, practical, commit)
+        target = self._next_in_history(path)
+        path.rename(target)
+        return target
+
+    def replace(self, document: dict, provenance: dict[str, Any]) -> Path:
+        """Store `document` in place of the commit's stored result, a copy of which goes into its
+        history first (the result is never missing meanwhile: a reader, or reconciliation, sees
+        the earlier whole file or the new one); returns where the earlier one went."""
+        path = self.path_for(provenance["student"], provenance["practical"], provenance["commit"])
+        target = self._next_in_history(path)
+        write_atomically(target, path.read_text(encoding="utf-8"), mode=FILE_MODE)
+        self._staff_group(target)
+        self.save(document, provenance)
+        return target
+
+    def _next_in_history(self, path: Path) -> Path:
+        """Where the next earlier result of `path` goes in its history folder (made the staff's)."""
         history = path.parent / "history"
         self.staff_folder(history)
         number = 1 + max((int(old.suffixes[-2].lstrip(".")) for old in history.glob(f"{path.stem}.*.json") if old.suffixes[-2].lstrip(".").isdigit()), default=0)
-        target = history / f"{path.stem}.{number}.json"
-        path.rename(target)
-        return target
+        return history / f"{path.stem}.{number}.json"
 
     def history(self, student: str, practical: str, commit: str) -> list[Path]:
         """The earlier results of a commit, oldest first."""

@@ -1,6 +1,7 @@
 """A real, single-node Slurm cluster for the tests: munged, slurmctld and slurmd of Debian's
 slurm-wlm, every file under one temporary folder, two CPUs and two fake GPUs (GRES backed by
-/dev/null), started by the tests and stopped by process id. Its MessageTimeout is 5 s, not
+/dev/null), started by the tests and stopped by process id. Its one node is in two partitions:
+`grading` (the default) and `gpu` (the one a test names the course's GPU partition). Its MessageTimeout is 5 s, not
 Slurm's 10: a command that finds no controller tries once a second for that long before it
 gives up (sbatch: 4 s instead of 9 s, measured), which a test of a cluster that is down waits for."""
 from __future__ import annotations
@@ -101,6 +102,7 @@ InactiveLimit=0
 GresTypes=gpu
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 Gres=gpu:{self.gpus} State=UNKNOWN
 PartitionName=grading Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes={self.node} MaxTime=INFINITE State=UP
 """
         )
         files = ",".join(str(self.root / "gpus" / f"gpu{i}") for i in range(self.gpus))

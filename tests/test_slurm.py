@@ -16,7 +16,7 @@ import pytest
 
 from grader.run import procs
 from grader.run.sandbox import UID_POOL
-from helpers import ROOT, needs, run_cli, sandbox_problem
+from helpers import ROOT, copy_course, needs, run_cli, sandbox_problem
 from p6_variants import VARIANTS
 from slurm_cluster import SlurmCluster, slurm_problem
 
@@ -160,3 +160,33 @@ def test_a_job_past_its_time_limit_is_recorded_as_timeout_with_feedback(slurm: S
         time.sleep(0.5)  # Slurm's kill reaches the sandbox's processes too
     assert procs.pids_of_uids(UID_POOL) == []
 
+
+def test_gpu_checks_deferred_where_no_gpu_is_are_followed_up_on_the_gpu_partition(slurm: Slurm) -> None:
+    """course.yaml sends deferred checks to the cluster's `gpu` partition with 2 GPUs. p5's
+    reference graded on the default partition defers its 4 GPU points there; the job that stored
+    the grade queues the follow-up, which runs on `gpu` (2 GRES GPUs) for those checks alone, and
+    its verdicts are merged into the grade, the earlier one kept. The test node's GPUs are
+    /dev/null: CUDA sees none there either, so the checks stay deferred, saying where they were
+    tried, and staff are told the partition's jobs see no GPU."""
+    course = copy_course(slurm.folder / "gpu-course")
+    (course / "course.yaml").write_text((ROOT / "course.yaml").read_text() + "deferred:\n  backend: slurm\n  partition: gpu\n  gpus: 2\n")
+    store = slurm.folder / "gpu-store"
+    done = slurm.cli("--course-root", str(course), "submit", "p5", str(ROOT / "solutions" / "p5"), "--results-dir", str(store), "--backend", "slurm", "--student", "dora", "--cpus", "1")
+    assert done.returncode == 0 and "started as job" in done.stdout, done.stdout + done.stderr
+    done = slurm.cli("--course-root", str(course), "dispatch", "--results-dir", str(store), "--backend", "slurm", "--wait", "--timeout", "280")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (path,) = (store / "dora" / "p5").glob("*.json")
+    document = json.loads(path.read_text())
+    gpu_checks = ["gpu_step_times", "gpu0_memory", "scaling"]
+    (follow,) = document["extra_data"]["provenance"]["follow_ups"]
+    assert follow["checks"] == gpu_checks and follow["graded"] == [] and follow["where"].startswith("partition gpu (job ") and follow["where"].endswith(f"node {slurm.cluster.node})"), follow
+    tests = {test["tags"][0]: test for test in document["tests"]}
+    for check in gpu_checks:
+        assert "still deferred: the follow-up on partition gpu (job " in tests[check]["output"] and "needs ≥ 2 CUDA GPUs (this machine has 0)" in tests[check]["output"], tests[check]["output"]
+    assert document["extra_data"]["headline"].endswith("4 graded on a GPU node") and document["extra_data"]["total_points"] == 17
+    assert len(list((path.parent / "history").glob("*.json"))) == 1  # the grade before the follow-up
+    assert slurm.finished_jobs("Name=grade-p5-dora", 2) == ["COMPLETED", "COMPLETED"]
+    jobs = (slurm.cluster.root / "log" / "jobcomp.txt").read_text().splitlines()  # a job's line comes a moment after its result
+    assert [next(f for f in line.split() if f.startswith("Partition=")) for line in jobs if "Name=grade-p5-dora" in line] == ["Partition=grading", "Partition=gpu"]
+    status = slurm.cli("--course-root", str(course), "status", "--results-dir", str(store))
+    assert "could not grade gpu0_memory, gpu_step_times, scaling of p5: the job was given GPUs 0,1 but torch sees no CUDA GPU there" in status.stderr, status.stderr

@@ -41,6 +41,7 @@ class GradeOptions:
     calibration: Mapping[str, Any] | None = None  # every machine's baselines of the practical (calibration.load)
     timing: bool = True  # False: speed checks are deferred (no timed launches)
     progress: Callable[[str], None] | None = None  # told one line as each launch starts ("run ws2 (1 node × 2 ranks)")
+    checks: tuple[str, ...] = ()  # only these checks (a follow-up of deferred ones: grader/submit/followup.py); (): every one
 
 
 @dataclass(frozen=True)

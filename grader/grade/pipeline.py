@@ -224,7 +224,7 @@ def execute(practical: Practical, submission: Path, runner: JobRunner, options: 
     cannot be run at all, known before (every run is then reported as not run, with it)."""
     started = time.monotonic()
     assignment = practical.assignment
-    checks = tuple(c for c in assignment.checks if c.public or not options.public_only)
+    checks = tuple(c for c in assignment.checks if (c.public or not options.public_only) and (not options.checks or c.id in options.checks))
     args = choose_args(assignment, options.seed)
     limits = time_limits(assignment, options)
     env: dict = {}

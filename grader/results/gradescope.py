@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from grader.files import write_atomically
 from grader.results.escape import BLOCK_CHARS, cap, json_safe, terminal_line, visible
@@ -19,6 +19,7 @@ from grader.results.model import CheckResult, GradingReport, Later, Pending, Run
 from grader.results.render import overview_text
 
 AUTOGRADER_ERROR = "Autograder error"
+DEFERRED_PREFIX = "Deferred: "  # a deferred test's output begins with it: "Deferred: 2 points graded on a GPU node."
 OUTPUT_CHARS = 4 * BLOCK_CHARS  # the text of one test or of the whole submission
 DATA_CHARS = 200_000  # one extra_data part: a test's data, a run's telemetry, the environment, the answers
 
@@ -46,7 +47,7 @@ def _test(check: CheckResult) -> dict[str, Any]:
         entry["name"] = f"{terminal_line(check.title)} (deferred)"
         entry["score"] = 0
         entry["max_score"] = 0  # not graded here: counts neither for nor against the student
-        entry["output"] = _text(f"Deferred: {check.max_score:g} points {later.value}.\n{check.feedback}")
+        entry["output"] = _text(f"{DEFERRED_PREFIX}{check.max_score:g} points {later.value}.\n{check.feedback}")
         entry["extra_data"]["deferred_points"] = round(check.max_score, 4)
         entry["extra_data"]["later"] = later.value
     else:
@@ -191,6 +192,9 @@ def read_report(document: dict[str, Any]) -> GradingReport:
         except (KeyError, ValueError, TypeError):
             later = Later.REGRADE
         number = test.get("number")
+        output = str(test.get("output", ""))
+        if deferred and output.startswith(DEFERRED_PREFIX):
+            output = output.partition("\n")[2]  # the line _test put first
         checks.append(CheckResult(
             id=str(tags[0]),
             title=str(test.get("name", "")).removesuffix(" (deferred)"),
@@ -198,7 +202,7 @@ def read_report(document: dict[str, Any]) -> GradingReport:
             score=_number(test.get("score", 0)),
             max_score=_number(data["deferred_points"] if deferred else test.get("max_score", 0)),
             status=Status.DEFERRED if deferred else status,
-            summary=str(test.get("output", "")),
+            summary=output,
             visibility=str(test.get("visibility", "visible")),
             later=later,
         ))
@@ -209,12 +213,29 @@ def read_report(document: dict[str, Any]) -> GradingReport:
         title=str(extra.get("title", extra.get("practical", ""))),
         checks=tuple(checks),
         execution_time_s=_number(document.get("execution_time", 0)),
+        environment=extra["environment"] if isinstance(extra.get("environment"), dict) else {},
         error=autograder_error_of(document),
         manual=tuple((str(q), str(a)) for q, a in answers.items()) if isinstance(answers, dict) else (),
         notes=tuple(str(note) for note in notes) if isinstance(notes, list) else (),
         total_points=_optional_number(extra.get("total_points")),
         unseen=tuple(_unseen(extra.get("unseen"))),
     )
+
+
+def merged_document(stored: dict[str, Any], graded: Mapping[str, CheckResult], note: str, runs: Sequence[RunSummary] = ()) -> dict[str, Any]:
+    """`stored` (a results.json of this module's) with the checks of `graded` (by id) in place of
+    its own (keeping their number and visibility), `note` added to its notes and `runs` to its
+    runs: a follow-up's verdicts merged into a stored grade (grader/submit/followup.py). Its
+    provenance and environment are the stored ones."""
+    report = read_report(stored)
+    checks = tuple(replace(graded[c.id], number=c.number, visibility=c.visibility) if c.id in graded else c for c in report.checks)
+    document = to_gradescope(replace(report, checks=checks, notes=(*report.notes, note)))
+    kept = _extra(stored)
+    earlier = kept.get("runs") if isinstance(kept.get("runs"), list) else []
+    document["extra_data"]["runs"] = [*earlier, *(_run(run) for run in runs)]
+    if "provenance" in kept:
+        document["extra_data"]["provenance"] = kept["provenance"]
+    return document
 
 
 def _unseen(parts: Any) -> list[Pending]:

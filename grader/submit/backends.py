@@ -215,6 +215,11 @@ class SlurmBackend:
         self._run(["scancel", job])
 
 
+def named_backend(name: str) -> Backend:
+    """The backend a command line or course.yaml names: "slurm" or "local"."""
+    return SlurmBackend() if name == "slurm" else LocalBackend()
+
+
 @dataclass
 class FakeBackend:
     """A backend for tests: a job is a record, not a process. A test decides what each job

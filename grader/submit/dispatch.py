@@ -24,11 +24,11 @@ from grader.results.gradescope import to_gradescope
 from grader.results.model import CheckResult, GradingReport, Status
 from grader.run.sandbox import Limits
 from grader.store import ResultsStore
-from grader.submit.backends import Backend, BackendDown, JobSize, JobState, work_command
+from grader.submit.backends import Backend, BackendDown, JobSize, JobState, named_backend, work_command
 from grader.submit.feedback import reveal_after_deadlines
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission
 from grader.submit.reconcile import reconcile
-from grader.submit.worker import provenance, store_failure
+from grader.submit.worker import merge_follow_up, provenance, store_failure
 
 
 def timeout_report(course: Course, submission: Submission, minutes: int) -> GradingReport:
@@ -116,12 +116,21 @@ def progress(submission: Submission, backend: Backend | None) -> str:
     return f"job {submission.job} ended {state.value} without a result yet (the next dispatch settles it)"
 
 
+def backend_for(submission: Submission, course: Course, backend: Backend) -> Backend:
+    """The backend a record's jobs run on: a follow-up's is the course's place for deferred
+    checks (grader/submit/followup.py), whichever backend the pass was given; the others', `backend`."""
+    place = course.follow_up
+    if submission.checks and place is not None and place.backend != backend.name:
+        return named_backend(place.backend)
+    return backend
+
+
 def settle(queue: Queue, submission: Submission, course: Course, backend: Backend) -> str:
-    """Move one queued submission on; return what happened."""
+    """Move one queued submission on (a follow-up on its own place's backend); return what happened."""
     with queue.hold(submission.key) as mine:
         if not mine:
             return "being dispatched by another process"
-        return _settle(queue, submission.key, course, backend)
+        return _settle(queue, submission.key, course, backend_for(submission, course, backend))
 
 
 def _settle(queue: Queue, key: str, course: Course, backend: Backend) -> str:
@@ -129,7 +138,7 @@ def _settle(queue: Queue, key: str, course: Course, backend: Backend) -> str:
     if not queue.exists(key):
         return "graded"
     submission = queue.load(key)
-    if store.has(submission.student, submission.practical, submission.commit):
+    if queue.settled(submission):
         queue.remove(key)
         return "graded"
     if submission.state == "queued":
@@ -138,20 +147,25 @@ def _settle(queue: Queue, key: str, course: Course, backend: Backend) -> str:
     if not state.finished:
         return state.value.lower()
     current = queue.load(key) if queue.exists(key) else None  # the job may have written it meanwhile
-    if current is None or store.has(submission.student, submission.practical, submission.commit):
+    if current is None or queue.settled(current):
         queue.remove(key)
         return "graded"
     if current.state == "queued":  # the worker asked for a retry after a grader failure
         return _start_when_free(queue, current, course, backend)
     if state is JobState.TIMEOUT:
         report = timeout_report(course, current, int(current.options.get("time_min") or 0))
+        if current.checks:  # a follow-up: its checks get the verdict, the stored grade the rest
+            return merge_follow_up(store, course, current, report, f"job {current.job}")
         store.save(to_gradescope(report), provenance(current, course, report))
         queue.remove(key)
         return f"job {current.job} timed out: recorded as such"
     current.attempts += 1
     current.note(f"job {current.job} ended {state.value} without a result (attempt {current.attempts})")
     if current.attempts >= MAX_ATTEMPTS:
-        store_failure(store, current, course, f"the grading job failed {current.attempts} times ({state.value}); course staff will regrade it")
+        message = f"the grading job failed {current.attempts} times ({state.value}); course staff will regrade it"
+        if current.checks:  # a follow-up: the stored grade stands, its checks stay deferred
+            return merge_follow_up(store, course, current, GradingReport.failure(current.practical, message), f"job {current.job}")
+        store_failure(store, current, course, message)
         queue.remove(key)
         return f"gave up after {current.attempts} attempts: an autograder error is recorded"
     current.state, current.job = "queued", None

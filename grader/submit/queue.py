@@ -17,6 +17,7 @@ from grader.files import write_atomically
 from grader.store import ResultsStore, StoreError, safe_name
 
 MAX_ATTEMPTS = 3  # infrastructure failures retried; then an autograder-error result is stored
+FOLLOW_UP_SUFFIX = "--deferred"  # a follow-up's queue key: <student>--<practical>--<commit>--deferred
 
 
 def now() -> str:
@@ -36,10 +37,13 @@ class Submission:
     job: str | None = None
     attempts: int = 0
     history: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)  # a follow-up: only these checks, deferred by the stored grading (grader/submit/followup.py)
+    seed: int | None = None  # a follow-up: the stored grading's seed
+    requested_at: str = ""  # a follow-up: when it was asked for (the stored grade names it once merged)
 
     @property
     def key(self) -> str:
-        return f"{self.student}--{self.practical}--{self.commit}"
+        return f"{self.student}--{self.practical}--{self.commit}" + (FOLLOW_UP_SUFFIX if self.checks else "")
 
     def note(self, text: str) -> None:
         self.history.append(f"{now()} {text}")
@@ -62,13 +66,25 @@ class Queue:
             safe_name(value, what)
             if "--" in value:
                 raise StoreError(f"{what} {value!r} cannot contain '--' (it separates the parts of a queue key)")
-        if self.store.has(submission.student, submission.practical, submission.commit):
+        if self.settled(submission):
             return "graded"
         if self.path(submission.key).exists():
             return "already queued"
         submission.note(f"accepted ({submission.source['kind']})")
         self.save(submission)
         return "queued"
+
+    def settled(self, submission: Submission) -> bool:
+        """Whether the store holds what the record asks for: a result of its commit; for a
+        follow-up, a stored grade that names it as merged (or none left to merge into: a regrade
+        retired it, and the new grading asks for its own)."""
+        if not submission.checks:
+            return self.store.has(submission.student, submission.practical, submission.commit)
+        entry = self.store.entry(submission.student, submission.practical, submission.commit)
+        if entry is None:
+            return True
+        merged = entry.provenance.get("follow_ups")
+        return isinstance(merged, list) and any(isinstance(done, dict) and done.get("requested_at") == submission.requested_at for done in merged)
 
     def save(self, submission: Submission) -> None:
         write_atomically(self.path(submission.key), json.dumps(asdict(submission), indent=2) + "\n")

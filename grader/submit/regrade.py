@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 from grader import __version__
 from grader.course import Course
-from grader.results.gradescope import autograder_error_of
+from grader.results.gradescope import autograder_error_of, read_report
 from grader.store import Entry, ResultsStore
+from grader.submit.followup import deferred_here, request_again
 from grader.submit.problems import clear_problems
-from grader.submit.queue import Queue, Submission
+from grader.submit.queue import FOLLOW_UP_SUFFIX, Queue, Submission
 from grader.submit.worker import spec_digest
 
 
@@ -28,6 +29,7 @@ class Selection:
     commit: str | None = None  # or the first characters of one
     errors: bool = False  # only autograder errors
     stale: bool = False  # only those graded by another grader version or another spec
+    deferred: bool = False  # only those with checks deferred for their machine: a follow-up of those checks alone (grader/submit/followup.py)
 
     def matches(self, entry: Entry, course: Course) -> bool:
         provenance = entry.provenance
@@ -37,6 +39,7 @@ class Selection:
             and (self.commit is None or entry.commit.startswith(self.commit))
             and (not self.errors or autograder_error_of(entry.document) is not None)
             and (not self.stale or provenance.get("grader") != __version__ or provenance.get("spec_digest") != spec_digest(course, entry.practical))
+            and (not self.deferred or bool(deferred_here(read_report(entry.document))))
         )
 
 
@@ -49,9 +52,15 @@ class Regraded:
     key: str | None = None  # the queue key, when it was queued
 
 
+def entry_key(entry: Entry) -> str:
+    """The queue key of a stored grade's follow-up."""
+    return f"{entry.student}--{entry.practical}--{entry.commit}{FOLLOW_UP_SUFFIX}"
+
+
 def regrade(store: ResultsStore, course: Course, selection: Selection, backend: str) -> list[Regraded]:
     """Queue every selected result again (with `errors`, the problems staff were told of are
-    taken as fixed: their list is cleared)."""
+    taken as fixed: their list is cleared); with `deferred`, not the whole grading but a
+    follow-up of its deferred checks at the course's place for them, the grade kept."""
     queue, done = Queue(store), []
     if selection.errors:
         clear_problems(store)
@@ -59,6 +68,10 @@ def regrade(store: ResultsStore, course: Course, selection: Selection, backend: 
         if entry.practical not in course.practicals or not selection.matches(entry, course):
             continue
         name = f"{entry.student}/{entry.practical}@{entry.commit[:10]}"
+        if selection.deferred:
+            what = request_again(store, course, entry)
+            done.append(Regraded(name, what, entry_key(entry) if what in ("queued", "already queued") else None))
+            continue
         provenance = entry.provenance
         source = provenance.get("source")
         if not isinstance(source, dict) or source.get("kind") != "git" or not isinstance(source.get("repo"), str):

@@ -34,6 +34,7 @@ from grader.submit.gitenv import git_free_environment, refused_config
 from grader.results.channels import Problem, Route, deliver_all
 from grader.results.channels.git_branch import CHANNEL as GIT_BRANCH, Branch
 from grader.submit.feedback import deadline_passed, lateness_note, mark_revealed, with_lateness
+from grader.submit import followup
 from grader.submit.problems import report_problem
 from grader.submit.queue import MAX_ATTEMPTS, Queue, Submission, now
 
@@ -183,13 +184,15 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     if log.is_file() and not log.is_symlink():
         os.chmod(log, LOG_MODE)  # made by the scheduler (sbatch --output) with its own mode: the staff's only
     submission = queue.load(key)
-    if store.has(submission.student, submission.practical, submission.commit):
+    if queue.settled(submission):
         queue.remove(key)
         return "graded already"
     practical = ready_to_grade(course, submission.practical)
     if isinstance(practical, str):
         problem = practical
         report = GradingReport.failure(submission.practical, f"{problem} (the course staff are told and will regrade it)")
+        if submission.checks:  # the stored grade stands; its deferred checks stay so
+            return merge_follow_up(store, course, submission, report, followup.where_graded(dict(os.environ), platform.node()))
         store.save(to_gradescope(report), provenance(submission, course, report))
         queue.remove(key)
         new = report_problem(store, problem, platform.node(), key, now())
@@ -197,7 +200,7 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
     scratch = Path(tempfile.mkdtemp(prefix="grader-work-"))
     try:
         taken = materialise(submission, scratch)
-        options = GradeOptions(world_size=submission.options.get("world_size"))
+        options = GradeOptions(world_size=submission.options.get("world_size"), seed=submission.seed, checks=tuple(submission.checks))
         stand_in = stand_in_seconds()
         report = stand_in_report(practical, stand_in) if stand_in is not None else grade_folder(practical, taken.folder, options, official=True, refused=taken.refused).report
     except MaterialiseError as exc:
@@ -212,13 +215,33 @@ def work(store: ResultsStore, course: Course, key: str) -> str:
         submission.note(f"the grader failed ({report.error[:200]}); to be retried")
         queue.save(submission)
         return f"grader failure, retry {submission.attempts} of {MAX_ATTEMPTS - 1}"
+    if submission.checks:
+        return merge_follow_up(store, course, submission, report, followup.where_graded(dict(os.environ), platform.node()))
     report = write_views(report, store.path_for(submission.student, submission.practical, submission.commit))
     store.save(to_gradescope(report), provenance(submission, course, report))
     queue.remove(key)
     delivered = deliver(store, course, submission, report)
     if report.error:
         return f"an autograder error is recorded after {submission.attempts + 1} attempts: {report.error[:200]}{delivered}"
-    return f"graded: {report.headline()}{delivered}"
+    return f"graded: {report.headline()}{delivered}{followup.request(store, course, submission, report)}"
+
+
+def merge_follow_up(store: ResultsStore, course: Course, submission: Submission, later: GradingReport, where: str) -> str:
+    """A follow-up's report merged into its stored grade (grader/submit/followup.py), the
+    feedback delivered again; what a place could not grade either is reported to staff. The
+    record leaves the queue either way (`regrade --deferred` asks again)."""
+    merged = followup.merge(store, submission, later, where)
+    Queue(store).remove(submission.key)
+    if merged is None:
+        return "follow-up not merged: its grade was regraded meanwhile, or has nothing deferred left"
+    still = set(followup.deferred_here(merged)) & set(submission.checks)
+    told = ""
+    if still:
+        given = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        why = f": {later.error[:200]}" if later.error else (f": the job was given GPUs {given[:60]} but torch sees no CUDA GPU there (a CPU build of torch, or no driver? run `grader doctor` on the node)" if given and not later.environment.get("cuda_gpus") else " (see the follow-up's verdicts)")
+        problem = f"the place for deferred checks ({course.follow_up.describe() if course.follow_up else 'none any more'}) could not grade {', '.join(sorted(still))} of {submission.practical}{why}"
+        told = "; reported to staff" if report_problem(store, problem, platform.node(), submission.key, now()) else "; known to staff already"
+    return f"followed up: {merged.headline()}{told}{deliver(store, course, submission, merged)}"
 
 
 def deliver(store: ResultsStore, course: Course, submission: Submission, report: GradingReport) -> str:
