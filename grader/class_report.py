@@ -1,7 +1,7 @@
 """The class report for staff (`grader report RESULTS_DIR --out report.html`): per practical,
 over the submissions that count (grader.collect, with the course's policy), the distribution of
-final scores, each check's pass rate, the most frequent kinds of failure (`failure_kind`), who
-was late and what it cost, how many ended in an autograder error, and the pairs of alike submissions (grader.similarity).
+final scores, each check's pass rate, the most frequent kinds of failure (`failure_kind`), the
+leaderboard of a practical the course ranks, who was late and what it cost, how many ended in an autograder error, and the pairs of alike submissions (grader.similarity).
 
 One self-contained HTML file: the plots are PNGs (matplotlib, Agg) inside it, it loads nothing
 and runs no script. Everything that came from a submission or the store is HTML-escaped.
@@ -23,6 +23,7 @@ from grader.results.model import Status
 from grader.similarity import Findings, Pair
 
 TOP_MESSAGES = 10
+TOP_BOARD = 10  # rows of a practical's leaderboard
 MESSAGE_CHARS = 200
 
 
@@ -49,6 +50,7 @@ class PracticalStats:
     errors: int  # counted submissions that ended in an autograder error
     pairs: tuple[Pair, ...]
     pending: tuple[float, int] = (0.0, 0)  # points of deferred checks, neither given nor taken yet, and in how many submissions
+    board: tuple[tuple[str, float], ...] = ()  # (student, step time in ms): the course's leaderboard, fastest first (grader/results/leaderboard.py)
 
 
 NUMBER = re.compile(r"(?<![A-Za-z_\d])\d+(?:\.\d+)?")  # not a name's digits: p6_ddp.py, ws2, cuda keep theirs
@@ -67,9 +69,12 @@ def practical_stats(practical: str, counted: list[Chosen], maximum: float, pairs
     rates: dict[str, list[int]] = {}
     titles: dict[str, str] = {}
     messages: collections.Counter = collections.Counter()
+    board: list[tuple[str, float]] = []
     for chosen in counted:
         kinds = set()
-        for check in read_report(chosen.entry.document).checks:
+        report = read_report(chosen.entry.document)
+        board += [(chosen.entry.student, entry.value) for entry in report.leaderboard[:1]]
+        for check in report.checks:
             if check.status is Status.DEFERRED:
                 continue
             titles.setdefault(check.id, check.title)
@@ -89,6 +94,7 @@ def practical_stats(practical: str, counted: list[Chosen], maximum: float, pairs
         errors=sum(1 for chosen in counted if autograder_error_of(chosen.entry.document)),
         pairs=tuple(p for p in pairs if p.practical == practical),
         pending=(sum(sum(chosen.scores.pending.values()) for chosen in counted), sum(1 for chosen in counted if chosen.scores.pending)),
+        board=tuple(sorted(board, key=lambda row: (row[1], row[0]))[:TOP_BOARD]),
     )
 
 
@@ -145,6 +151,11 @@ def _section(stats: PracticalStats) -> str:
     messages = "".join(f"<tr><td><code>{_e(check)}</code></td><td>{_e(text)}</td><td>{n}</td></tr>" for check, text, n in stats.messages)
     pairs = "".join(f"<tr><td>{_e(p.first)}</td><td>{_e(p.second)}</td><td>{_e(p.describe)}</td></tr>" for p in stats.pairs)
     late = "".join(f"<tr><td>{_e(student)}</td><td>{_e(effect)}</td></tr>" for student, effect in stats.late)
+    board = "".join(f"<tr><td>{rank}</td><td>{_e(student)}</td><td>{value:.2f}</td></tr>" for rank, (student, value) in enumerate(stats.board, 1))
+    leaderboard = f"""<h3>Leaderboard</h3>
+<p>Fully correct submissions that count, by the step time the grader measured (its own clock, never a script's output), fastest first.</p>
+<table><tr><th>#</th><th>student</th><th>step time (ms)</th></tr>{board}</table>
+""" if stats.board else ""
     return f"""<section id="{_e(stats.practical)}">
 <h2>{_e(stats.practical)}</h2>
 <p class="summary">{_e(summary)}</p>
@@ -154,7 +165,7 @@ def _section(stats: PracticalStats) -> str:
 <h3>Most frequent failures</h3>
 <p>Each check's first line of feedback, its numbers (timings, ranks, lines) as #: one row per kind of failure.</p>
 <table><tr><th>check</th><th>failure</th><th>students</th></tr>{messages or '<tr><td colspan="3">none</td></tr>'}</table>
-<h3>Late</h3>
+{leaderboard}<h3>Late</h3>
 <table><tr><th>student</th><th>what the late policy made of it</th></tr>{late or '<tr><td colspan="2">none</td></tr>'}</table>
 <h3>Alike submissions</h3>
 <table><tr><th>student</th><th>student</th><th>how alike</th></tr>{pairs or '<tr><td colspan="3">none flagged</td></tr>'}</table>

@@ -69,6 +69,7 @@ class Course:
     practicals: tuple[str, ...]
     policy: CoursePolicy = CoursePolicy()  # deadlines, extensions, late policy (grader/policy.py)
     follow_up: FollowUpPlace | None = None  # where deferred checks are graded; None: they stay pending
+    leaderboard: tuple[str, ...] = ()  # practicals whose fully correct submissions are ranked by the grader's measured step time (grader/results/leaderboard.py)
 
     def spec_path(self, practical: str) -> Path:
         return self.root / "assignments" / practical / "assignment.yaml"
@@ -131,7 +132,10 @@ def load_course(root: Path) -> Course:
         policy = load_policy(data, practicals)
     except PolicyError as exc:
         raise CourseError(f"{path}: {exc}") from None
-    return Course(root=root, title=str(data.get("course", "")), practicals=practicals, policy=policy, follow_up=follow_up_place(data.get("deferred"), path))
+    board = data.get("leaderboard") or []
+    if not isinstance(board, list) or any(str(p) not in practicals for p in board):
+        raise CourseError(f"{path}: leaderboard: expected a list of this course's practicals ({', '.join(practicals)}), found {board!r}")
+    return Course(root=root, title=str(data.get("course", "")), practicals=practicals, policy=policy, follow_up=follow_up_place(data.get("deferred"), path), leaderboard=tuple(str(p) for p in board))
 
 
 def follow_up_place(raw: object, path: Path) -> FollowUpPlace | None:

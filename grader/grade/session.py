@@ -18,6 +18,7 @@ from grader.speed import measure
 from grader.course import Course, Practical
 from grader.grade import calibration
 from grader.grade.options import GradeOptions, time_limits
+from grader.results.leaderboard import ranked
 from grader.grade.pipeline import Execution, execute, judge
 from grader.results.model import GradingReport
 from grader.run.local import DDP_WARM_MODULE, GRADER_ROOT, LocalRunner, LocalRunnerOptions
@@ -125,7 +126,8 @@ def grade_folder(
 ) -> Graded:
     """Grade `folder` (see execute_folder)."""
     executed = execute_folder(practical, folder, options, official=official, keep_work=keep_work, contain=contain, refused=refused)
-    return Graded(judge(practical, executed.execution, executed.options), executed.warning, executed.kept)
+    on_board = practical.course is not None and practical.id in practical.course.leaderboard and not options.public_only
+    return Graded(ranked(judge(practical, executed.execution, executed.options), on_board), executed.warning, executed.kept)
 
 
 class CalibrationError(Exception):

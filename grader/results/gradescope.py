@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from grader.files import write_atomically
 from grader.results.escape import BLOCK_CHARS, cap, json_safe, terminal_line, visible
-from grader.results.model import CheckResult, GradingReport, Later, Pending, RunSummary, Status
+from grader.results.model import CheckResult, GradingReport, LeaderboardEntry, Later, Pending, RunSummary, Status
 from grader.results.render import overview_text
 
 AUTOGRADER_ERROR = "Autograder error"
@@ -113,6 +113,7 @@ def to_gradescope(report: GradingReport) -> dict[str, Any]:
             "manual_answers": json_safe(dict(report.manual), max_total=DATA_CHARS),
         },
         "tests": tests,
+        **({"leaderboard": [{"name": entry.name, "value": entry.value, "order": entry.order} for entry in report.leaderboard]} if report.leaderboard else {}),
     }, max_total=sys.maxsize)
 
 
@@ -219,7 +220,17 @@ def read_report(document: dict[str, Any]) -> GradingReport:
         notes=tuple(str(note) for note in notes) if isinstance(notes, list) else (),
         total_points=_optional_number(extra.get("total_points")),
         unseen=tuple(_unseen(extra.get("unseen"))),
+        leaderboard=tuple(_board(document.get("leaderboard"))),
     )
+
+
+def _board(entries: Any) -> list[LeaderboardEntry]:
+    """The leaderboard entries a stored document holds (what is not of their type is left out)."""
+    found = []
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("value"), (int, float)) and not isinstance(entry.get("value"), bool) and entry.get("order") in ("asc", "desc"):
+            found.append(LeaderboardEntry(entry["name"], _number(entry["value"]), entry["order"]))
+    return found
 
 
 def merged_document(stored: dict[str, Any], graded: Mapping[str, CheckResult], note: str, runs: Sequence[RunSummary] = ()) -> dict[str, Any]:
@@ -229,7 +240,8 @@ def merged_document(stored: dict[str, Any], graded: Mapping[str, CheckResult], n
     provenance and environment are the stored ones."""
     report = read_report(stored)
     checks = tuple(replace(graded[c.id], number=c.number, visibility=c.visibility) if c.id in graded else c for c in report.checks)
-    document = to_gradescope(replace(report, checks=checks, notes=(*report.notes, note)))
+    correct = all(c.status is Status.PASSED for c in checks if c.status is not Status.DEFERRED)  # a follow-up that failed a check takes the grade off the leaderboard
+    document = to_gradescope(replace(report, checks=checks, notes=(*report.notes, note), leaderboard=report.leaderboard if correct else ()))
     kept = _extra(stored)
     earlier = kept.get("runs") if isinstance(kept.get("runs"), list) else []
     document["extra_data"]["runs"] = [*earlier, *(_run(run) for run in runs)]

@@ -46,6 +46,15 @@ class Penalty:
 
 
 @dataclass(frozen=True)
+class LeaderboardEntry:
+    """One column of Gradescope's leaderboard: a number the grader measured itself."""
+
+    name: str
+    value: float
+    order: str = "asc"  # "asc": lower ranks higher (a step time)
+
+
+@dataclass(frozen=True)
 class CheckResult:
     """One graded check."""
 
@@ -99,6 +108,7 @@ class GradingReport:
     total_points: float | None = None  # the practical's total, its spec's every check (None: the checks here and `unseen`)
     unseen: tuple[Pending, ...] = ()  # checks not in `checks`: left to the autograder by a self-check, or not shown to this reader yet
     penalty: Penalty | None = None  # a late submission's, where the reader is to see it (the student's feedback)
+    leaderboard: tuple[LeaderboardEntry, ...] = ()  # a practical on the course's leaderboard: grader/results/leaderboard.py
 
     @property
     def score(self) -> float:
