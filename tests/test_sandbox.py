@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -364,6 +365,45 @@ def test_the_uid_tier_ends_what_a_job_left_on_the_shared_machine(uid_tier: Sandb
             assert [pid for pid in procs.pids_of_uids(range(uid_tier.uid, uid_tier.uid + 1)) if "time.sleep(300)" in procs.cmdline(pid)] == []
             found = runner.run(_job(tmp_path / "find", "find", FIND_LEFT))
             assert found.ranks[0].stdout_tail.strip() == "[] -1 -1", found.ranks[0].stderr_tail
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+KEYS = """import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+add_key, keyctl = {calls}
+if sys.argv[1] == "add":  # a key in the uid's user keyring (@u), which outlives every process of the uid
+    print(libc.syscall(add_key, b"user", b"left-by-a-job", b"secret", 6, -4), os.strerror(ctypes.get_errno()))
+else:  # how many bytes of key ids @u holds (KEYCTL_READ = 11 of KEYCTL_GET_KEYRING_ID = 0)
+    buffer = ctypes.create_string_buffer(4096)
+    print(libc.syscall(keyctl, 11, libc.syscall(keyctl, 0, -4, 0), buffer, 4096))
+"""
+
+
+def test_the_uid_tier_refuses_keyrings_to_a_job_and_empties_them_after_it(uid_tier: Sandbox, tmp_path: Path) -> None:
+    """The uid tier loads the seccomp filter bubblewrap would (no namespaces needed): a job's
+    add_key fails with EPERM. A key the uid holds all the same (here made by the test, outside
+    any job: a machine whose call numbers the filter does not know) is gone once the job has
+    ended: a keyring outlives every process of its uid, and the uid's next job may be another
+    student's."""
+    from grader.run import seccomp
+    from grader.run.local import LocalRunner, LocalRunnerOptions
+
+    numbers = seccomp._ARCHITECTURES.get(os.uname().machine)
+    if numbers is None:
+        pytest.skip("keyctl's numbers are not known on this machine")
+    script = KEYS.format(calls=(numbers[1]["add_key"], numbers[1]["keyctl"]))
+    as_uid = ["setpriv", f"--reuid={uid_tier.uid}", f"--regid={uid_tier.uid}", "--clear-groups", sys.executable, "-c", script]
+    made = subprocess.run([*as_uid, "add"], capture_output=True, text=True, timeout=30).stdout.split()
+    if not made or int(made[0]) < 0:
+        pytest.skip(f"no keyrings here: {' '.join(made)}")
+    root = uid_tier.new_root("grader-test-")
+    try:
+        with LocalRunner(root, LocalRunnerOptions(cgroups=False), sandbox=uid_tier) as runner:
+            job = runner.run(_job(tmp_path / "keys", "keys", script.replace('sys.argv[1] == "add"', "True")))
+            assert job.ranks[0].stdout_tail.strip() == "-1 Operation not permitted", job.ranks[0].stdout_tail + job.ranks[0].stderr_tail
+        assert "keyrings refused (seccomp)" in uid_tier.describe()
+        assert subprocess.run([*as_uid, "count"], capture_output=True, text=True, timeout=30).stdout.strip() == "0"
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

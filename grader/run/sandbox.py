@@ -128,7 +128,7 @@ class Sandbox:
         if self.bwrap is None:
             return (
                 f"{UID_TIER} {self.uid} (no bubblewrap: {self.no_bubblewrap}): resource limits, a session of its own, its folders and the course's files closed to it; "
-                f"no namespaces: it shares the network, /tmp and the process list; files written: {self.disk_cap}"
+                f"no namespaces: it shares the network, /tmp and the process list; {seccomp.describe()}; files written: {self.disk_cap}"
             )
         who = f"uid {self.uid}" if self.drop else f"the grader's own uid {self.uid}"
         return f"{BUBBLEWRAP} sandbox as {who}, loopback only, read-only system, {seccomp.describe()}; files written: {self.disk_cap}"
@@ -206,7 +206,7 @@ class Sandbox:
     def spawn(self, argv: list[str], root: Path, **popen: Any) -> subprocess.Popen:
         """Start `argv` in the sandbox (see `command`), its seccomp filter handed to bwrap through
         a descriptor of its own."""
-        rules = seccomp.program() if self.bwrap else None
+        rules = seccomp.program() if self.bwrap or self.drop else None  # the uid tier loads it itself (seccomp.LOADER)
         if rules is None:
             return subprocess.Popen(self.command(argv, root), **popen)
         handle = os.memfd_create("pdl-grader-seccomp", 0)
@@ -239,8 +239,8 @@ class Sandbox:
         ]
         if self.drop:
             wrapped += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
-        if self.bwrap is None:  # the uid tier: the caller's Popen gives the session (start_new_session)
-            return [*wrapped, *argv]
+        if self.bwrap is None:  # the uid tier: the caller's Popen gives the session (start_new_session); the filter is loaded after the uid drop
+            return [*wrapped, *(seccomp.loader_command(self.python, seccomp_fd, argv) if seccomp_fd is not None else argv)]
         # --as-pid-1: the command (the launcher, which makes itself not dumpable before any rank
         # exists) is the pid namespace's init; bwrap's own init would be dumpable, of the ranks'
         # uid, and outside every job's cgroup: a process a rank could take over
@@ -295,13 +295,18 @@ class Sandbox:
 
     def clear_uid(self, keep: int | None = None) -> None:
         """The uid tier's end of a job: its processes ended (`end_processes`), then the uid's
-        files in the shared scratch folders, its SysV IPC objects and POSIX queues removed."""
+        files in the shared scratch folders, its SysV IPC objects and POSIX queues removed, and
+        its keyrings emptied (the seccomp filter refuses keyrings; this is for a machine whose
+        call numbers it does not know). docs/admins.md lists what a uid can leave behind."""
         if self.bwrap is not None or not self.drop:
             return
         self.end_processes(keep)
         remove_files_of(self.uid, SHARED_SCRATCH)
         remove_sysv_of(self.uid)
         remove_message_queues_of(self.uid)
+        clear = seccomp.clear_keyrings_command(self.python)
+        if clear is not None:
+            subprocess.run(["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", *clear], capture_output=True, timeout=30)
 
     def __enter__(self) -> "Sandbox":
         return self

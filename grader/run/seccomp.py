@@ -60,3 +60,48 @@ def program(machine: str | None = None) -> bytes | None:
 def describe() -> str:
     """What the filter refuses, for the results' environment."""
     return "tracing other processes and keyrings refused (seccomp)" if program() else f"no seccomp filter ({os.uname().machine}: its call numbers are not known here)"
+
+
+# The uid tier has no bubblewrap to load the filter: this program does, then becomes the job's
+# command. It runs as the job's uid (after setpriv), reads the filter from the descriptor named
+# first, sets no_new_privs (what an unprivileged process needs to install a filter, and what
+# keeps a setuid program from undoing it), installs it for every thread to come and execs the
+# rest of its arguments. Nothing of the grader's is imported: `python -I -S` and ctypes alone.
+LOADER = """
+import ctypes, os, sys
+fd, argv = int(sys.argv[1]), sys.argv[2:]
+rules = os.read(fd, 1 << 16)
+os.close(fd)
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+libc = ctypes.CDLL(None, use_errno=True)
+prog = Prog(len(rules) // 8, rules)
+if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
+    sys.exit("the sandbox could not install its seccomp filter: " + os.strerror(ctypes.get_errno()))
+os.execv(argv[0], argv)
+"""  # prctl(PR_SET_NO_NEW_PRIVS = 38, 1); prctl(PR_SET_SECCOMP = 22, SECCOMP_MODE_FILTER = 2, &prog)
+
+
+def loader_command(python: str, fd: int, argv: list[str]) -> list[str]:
+    """`argv` started by LOADER with the filter in descriptor `fd` (the uid tier's)."""
+    return [python, "-I", "-S", "-c", LOADER, str(fd), *argv]
+
+
+_KEYCTL = {"x86_64": 250, "aarch64": 219}  # keyctl(2)'s number: the uid tier clears the uid's keyrings with it
+# keyctl(KEYCTL_GET_KEYRING_ID = 0, KEY_SPEC_USER_KEYRING = -4 / KEY_SPEC_USER_SESSION_KEYRING = -5, create = 0), then KEYCTL_CLEAR = 7
+CLEAR_KEYRINGS = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+call = int(sys.argv[1])
+for spec in (-4, -5):
+    ring = libc.syscall(call, 0, spec, 0)
+    if ring > 0:
+        libc.syscall(call, 7, ring)
+"""
+
+
+def clear_keyrings_command(python: str) -> list[str] | None:
+    """The command that, run as a uid, empties its user and user-session keyrings (which outlive
+    every process of it); None where keyctl's number is not known here."""
+    number = _KEYCTL.get(os.uname().machine)
+    return None if number is None else [python, "-I", "-S", "-c", CLEAR_KEYRINGS, str(number)]
