@@ -63,7 +63,7 @@ from grader.probe.messages import (
     parse_answer,
     request_line,
 )
-from grader.probe.transport.traffic import TrafficReport
+from grader.probe.transport.traffic import MAX_REPORT_PARTS, TrafficReport
 from grader.probe.transport.traffic import unpack as unpack_traffic
 from grader.probe.typed import Malformed
 from grader.probe.zygote import children_of
@@ -481,6 +481,7 @@ class LocalRunner:
         zygote.send(JobRequest(id=job.name, ranks=self._rank_configs(job, job_dir, token), hold=group is not None, carrier=job.carrier))
         pids: dict[int, int] = {}
         carried: list[TrafficPart] = []
+        dropped = 0  # parts of the hub's report past MAX_REPORT_PARTS
         leader = 0
         forked = refused = False  # a leader exists; the launcher refused the job before any
         status: dict[int, str] = {}
@@ -512,7 +513,10 @@ class LocalRunner:
             elif isinstance(event, RankExited):
                 status[event.rank] = event.status
             elif isinstance(event, TrafficPart) and event.job == job.name:
-                carried.append(event)
+                if len(carried) < MAX_REPORT_PARTS:  # bounded as it arrives: the grader's own memory
+                    carried.append(event)
+                else:
+                    dropped += 1
             elif isinstance(event, Exited):
                 leftovers = event.leftovers
             elif isinstance(event, LeaderExited):
@@ -554,7 +558,7 @@ class LocalRunner:
         if launcher_lost:
             domain.stop()  # the next job starts a new launcher
         ranks = [self._rank_result(job, job_dir, rank, status.get(rank), shares.get(rank)) for rank in range(job.layout.world_size)]
-        traffic = None if job.carrier is None else traffic_report(carried, timed_out)
+        traffic = None if job.carrier is None else traffic_report(carried, timed_out, dropped)
         caps = self._caps_hit(group.usage() if group is not None else None, domain)
         return JobResult(
             spec=job,
@@ -662,8 +666,11 @@ WAITED_FOR = {
 }
 
 
-def traffic_report(parts: list[TrafficPart], timed_out: bool) -> TrafficReport | str:
-    """The hub's report from its parts, or why there is none."""
+def traffic_report(parts: list[TrafficPart], timed_out: bool, dropped: int = 0) -> TrafficReport | str:
+    """The hub's report from its parts, or why there is none (`dropped`: parts past
+    MAX_REPORT_PARTS, not kept)."""
+    if dropped:
+        return f"the grader's hub's report came in more than {MAX_REPORT_PARTS} parts ({dropped} more were dropped): what did your ranks send?"
     if not parts:
         return "the job was stopped before the grader's hub could report" if timed_out else "the grader's hub sent no report (was it killed?)"
     total = parts[0].parts

@@ -20,6 +20,7 @@ from grader.probe.typed import Blob, Malformed, Value, dumps, loads, parse_tagge
 
 MAX_REPORT_BYTES = 256 << 20  # of a report, unpacked
 PART_CHARS = 3000  # base64 characters per `traffic` answer: a line well under PIPE_BUF
+MAX_REPORT_PARTS = MAX_REPORT_BYTES * 4 // 3 // PART_CHARS + 1  # a report of MAX_REPORT_BYTES stored uncompressed: more parts are dropped as they arrive (grader/run/local.py)
 
 
 FLOATING = ("float16", "bfloat16", "float32", "float64")
