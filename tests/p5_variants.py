@@ -61,6 +61,27 @@ VARIANTS = (
 
 
 # Correct, written other ways than the reference: each keeps every point.
+SHOW_INPUT = """class ShowInput(nn.Module):
+    \"\"\"Prints what reaches it: the first layer of the model, so every replica's chunk.\"\"\"
+
+    def forward(self, x):
+        print(f"{x.device} {list(x.shape)}", flush=True)
+        return x
+
+
+class Net(nn.Module):
+"""
+
 UNUSUAL_VARIANTS = (
     Variant("shape_log_with_several_print_arguments", ((DP, LOG, "        print(x.device, x.shape)\n"),), frozenset()),
+    Variant(  # the print in a child module of the replica, not in the model's own forward
+        "shape_log_from_a_child_module",
+        ((DP, LOG, ""), (DP, "class Net(nn.Module):\n", SHOW_INPUT), (DP, "nn.Sequential(nn.Linear(in_features, hidden)", "nn.Sequential(ShowInput(), nn.Linear(in_features, hidden)")),
+        frozenset(),
+    ),
+    Variant(  # rows × features in words, written without print
+        "shape_log_in_words_with_sys_stdout_write",
+        ((DP, LOG, '        sys.stdout.write(f"replica {x.device}: {x.shape[0]} samples x {x.shape[1]} features\\n")\n'),),
+        frozenset(),
+    ),
 )

@@ -109,7 +109,12 @@ def dp_wrapped(ctx: CheckContext) -> Verdict:
     return per_run(ctx, judge, "the model is on the first GPU and wrapped in DataParallel")
 
 
-SHAPE = re.compile(r"[\[(]\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*[\])]|\b(\d+)\s*[x×]\s*(\d+)\b")  # [22, 10], (22, 10), torch.Size([22, 10]), 22x10
+SHAPE = re.compile(
+    r"[\[(]\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*[\])]"  # [22, 10], (22, 10), torch.Size([22, 10])
+    r"|\b(\d+)\s*(?:[x×*]|by)\s*(\d+)\b"  # 22x10, 22 × 10, 22 by 10
+    r"|\b(\d+)\s+(?:rows?|samples?|examples?|items?|inputs?)\b[\s,;]*(?:[x×*]|by|and|of|with)?\s*(\d+)\s+(?:features?|columns?|cols?|dims?|dimensions?|values?)\b",  # 22 samples x 512 features, 22 rows, 512 features
+    re.IGNORECASE,
+)
 DEVICE = re.compile(r"cuda:\d+|\bcpu\b|device\(type='cuda', index=\d+\)")  # str(device), or its repr (a printed tuple)
 
 
@@ -119,10 +124,11 @@ def printed_devices(text: str) -> set[str]:
 
 
 def printed_shapes(text: str) -> list[tuple[int, ...]]:
-    """The shapes a line of text names, written as torch, a tuple, a list or AxB prints them."""
+    """The shapes a line of text names, written as torch, a tuple, a list or AxB prints them, or
+    in words (rows and features)."""
     shapes = []
     for match in SHAPE.finditer(text):
-        numbers = match.group(1).split(",") if match.group(1) else [match.group(2), match.group(3)]
+        numbers = match.group(1).split(",") if match.group(1) else [match.group(2), match.group(3)] if match.group(2) else [match.group(4), match.group(5)]
         shapes.append(tuple(int(n) for n in numbers))
     return shapes
 

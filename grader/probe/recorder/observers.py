@@ -627,11 +627,12 @@ class Probe:
         self.span(Forward, frame.mark, **frame.fields)
 
     def current_forward(self) -> dict | None:
-        """The fields of the innermost recorded call running in this thread, if any."""
-        for frame in reversed(self._stack()):
-            if frame.fields is not None:
-                return frame.fields
-        return None
+        """The fields of the call a print in this thread belongs to: the innermost running call
+        with a role (a model's, a DataParallel replica's, a stage's), which a print from any of
+        its children belongs to as well (a student's `ShowInput` layer first in the model);
+        else the innermost recorded call, if any."""
+        recorded = [frame.fields for frame in self._stack() if frame.fields is not None]
+        return next((fields for fields in reversed(recorded) if fields["role"] is not None), recorded[-1] if recorded else None)
 
     def _remember_model(self, model: torch.nn.Module) -> None:
         self.model_seen = True
