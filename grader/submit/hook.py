@@ -37,7 +37,7 @@ from grader.submit.dispatch import WAITING_FOR_SLOT, pass_requested
 from grader.submit.feedback import read_command
 from grader.submit.queue import Queue, Submission
 from grader.submit.reconcile import register
-from grader.submit.gitenv import git_free_environment
+from grader.submit.gitenv import GIT_TIMEOUT_S, git_free_environment, student_git, student_git_environment
 
 ZERO = "0" * 40
 BRANCHES = ("refs/heads/main", "refs/heads/master")
@@ -80,13 +80,19 @@ def install(repo: Path, results_dir: Path, backend: str, options: dict, course_r
     return hook
 
 
+def _git(repo: Path, command: list[str]) -> subprocess.CompletedProcess:
+    """A git command on the student's repository, hardened (grader/submit/gitenv.py); one that
+    cannot run or takes too long reads as one that printed nothing."""
+    try:
+        return subprocess.run([*student_git(str(repo)), *command], capture_output=True, text=True, env=student_git_environment(), timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return subprocess.CompletedProcess(command, 1, "", "")
+
+
 def changed_practicals(repo: Path, old: str, new: str, practicals: tuple[str, ...]) -> list[str]:
     """The practicals whose folder the push changed (all present ones for a new branch)."""
-    git = ["git", "--git-dir", str(repo)]
-    if old == ZERO:
-        done = subprocess.run([*git, "ls-tree", "-r", "--name-only", new, "assignments/"], capture_output=True, text=True)
-    else:
-        done = subprocess.run([*git, "diff", "--name-only", old, new, "--", "assignments/"], capture_output=True, text=True)
+    asked = ["ls-tree", "-r", "--name-only", new, "assignments/"] if old == ZERO else ["diff", "--name-only", old, new, "--", "assignments/"]
+    done = _git(repo, asked)
     folders = {line.split("/")[1] for line in done.stdout.splitlines() if line.count("/") >= 2}
     return [p for p in practicals if p in folders]
 
@@ -100,8 +106,7 @@ def regrade_asked(repo: Path, commit: str, practicals: tuple[str, ...]) -> list[
     """The practicals a commit's message asks to regrade — its first line "regrade p6 p7"
     (those of `practicals` it names) or "regrade" alone (all of them) — of those whose folder
     the commit holds; None when its message asks for no regrade."""
-    done = subprocess.run(["git", "--git-dir", str(repo), "log", "-1", "--format=%s", commit], capture_output=True, text=True, env=git_free_environment())
-    words = done.stdout.split()
+    words = _git(repo, ["log", "-1", "--format=%s", commit]).stdout.split()
     if not words or words[0].casefold().rstrip(":") != REGRADE:
         return None
     named = [practical for practical in practicals if practical in words[1:]]
