@@ -95,6 +95,16 @@ def test_a_long_group_name_is_cut_in_the_report_and_still_told_apart() -> None:
     assert len(report_name(first)) == NAME_CHARS and report_name(first) != report_name(second) and report_name(first).startswith("g" * 40)
 
 
+def test_a_connection_handed_to_another_process_is_ended_not_credited() -> None:
+    """Rank 0 hands its socket to rank 1 and exits; rank 1 writes an all-reduce on it as rank
+    0's. The kernel names each frame's sender: the hub ends rank 0's connection with a sentence,
+    and carries nothing in its name."""
+    seen = ranks("hands_its_socket", 2, wait_s=3.0)
+    assert seen["ranks"] == [{"handed": True}, {"wrote": True}], seen["ranks"]
+    assert seen["ends"][0].startswith("broken: rank 0's connection to the grader's hub was written by another process than the one that used it first"), seen["ends"]
+    assert not any(c["kind"] == "all_reduce" and c["error"] is None for c in seen["carried"]), seen["carried"]
+
+
 def ranks(scenario: str, world: int, wait_s: float = 10.0) -> dict:
     """Run a scenario of tests/transport_ranks.py: its ranks' results and the hub's report."""
     done = subprocess.run(

@@ -23,6 +23,7 @@ import torch.distributed as dist  # noqa: E402
 from grader.probe.transport.client import install  # noqa: E402
 from grader.probe.transport.hub import Hub  # noqa: E402
 from grader.probe.transport.traffic import CarrierPlan, unpack, pack  # noqa: E402
+from grader.probe.transport.wire import pass_credentials  # noqa: E402
 
 
 def every_collective(rank: int, world: int) -> dict:
@@ -246,14 +247,44 @@ def device_mesh(rank: int, world: int) -> dict:
     return out
 
 
+def hands_its_socket(rank: int, world: int) -> dict:
+    """Rank 0 joins, hands its connection to the hub to rank 1 (SCM_RIGHTS) and exits; rank 1
+    writes a well-formed all-reduce on it, as rank 0's: the hub must not credit it to rank 0."""
+    import time
+
+    from grader.probe.transport.wire import Call, TensorMeta, request_frame
+
+    path = f"/tmp/hand-{os.environ['TEST_PORT']}"
+    if rank == 1:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(path)
+        server.listen(1)
+    dist.init_process_group("gloo")
+    if rank == 0:
+        time.sleep(0.3)
+        with socket.socket(socket.AF_UNIX) as channel:
+            channel.connect(path)
+            socket.send_fds(channel, [b"x"], [int(os.environ["HUB_FD"])])
+        return {"handed": True}
+    connection, _ = server.accept()
+    _, (stolen,), _, _ = socket.recv_fds(connection, 1, 1)
+    os.unlink(path)
+    one = TensorMeta("float32", (1,))
+    os.write(stolen, request_frame(Call(99, "0", "all_reduce", "SUM", -1, -1, 0, (one,), (one,))) + b"\0" * 4)
+    time.sleep(1)
+    return {"wrote": True}
+
+
 SCENARIOS: dict[str, Callable[[int, int], dict]] = {
-    f.__name__: f for f in (every_collective, ddp_training, disagree, cuda_only_backend, leaves_early, stays_away, writes_garbage, big_all_reduces, device_mesh, sends_first, send_then_recv)
+    f.__name__: f for f in (every_collective, ddp_training, disagree, cuda_only_backend, leaves_early, stays_away, writes_garbage, big_all_reduces, device_mesh, sends_first, send_then_recv, hands_its_socket)
 }
 
 
 def run(scenario: str, world: int, wait_s: float = 10.0) -> dict:
     """Fork `world` ranks of `scenario` over a hub served here; their results and the report."""
     pairs = [socket.socketpair() for _ in range(world)]
+    for hub_end, _ in pairs:
+        pass_credentials(hub_end)  # as the launcher does, before any rank exists
     children = []
     for rank in range(world):
         read, write = os.pipe()

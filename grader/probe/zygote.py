@@ -37,6 +37,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from grader.probe.cloak import neutral
+from grader.probe.transport.wire import pass_credentials
 from grader.probe.messages import (
     Answer,
     BadMessage,
@@ -157,6 +158,8 @@ def _lead(job: JobRequest, gate: int | None) -> None:
     store = _fork_store(job)
     ranks = job.ranks if store is not None else tuple(replace(config, env={**config.env, AGENT_STORE: "False"}) for config in job.ranks)
     pairs = {config.rank: socket.socketpair() for config in ranks} if job.carrier else {}
+    for hub_end, _ in pairs.values():
+        pass_credentials(hub_end)  # before any rank exists: the hub learns who wrote each frame (grader/probe/transport/hub.py)
     hub = _fork_hub(job, pairs) if pairs else None
     pids = {}
     for config in ranks:

@@ -89,6 +89,7 @@ class _Rank:
     out: deque = field(default_factory=deque)  # bytes to send, in order
     end: RankEnd | None = None
     last: str = "nothing yet"  # its last call, for a message about a collective it did not join
+    pid: int | None = None  # the process that writes its frames (the kernel's credentials of the first)
 
 
 NAME_CHARS = 64  # of a process group's name in the report: each operation names its group (a name of 8,000 characters and 14,000 barriers made a report that took the grader to 837 MiB)
@@ -168,12 +169,16 @@ class Hub:
     def _read(self, rank: int) -> None:
         state = self._ranks[rank]
         try:
-            still_open = state.reader.read_from(state.sock)
+            still_open = state.reader.read_from(state.sock, credentials=True)
         except BadFrame as exc:
             self._end(rank, f"broken: {exc}")
             return
         except OSError as exc:
             self._end(rank, f"lost: its connection failed ({exc.strerror or exc})")
+            return
+        handed = self._handed_on(rank)
+        if handed:
+            self._end(rank, f"broken: {handed}")
             return
         try:
             for header, payload in state.reader.frames():
@@ -188,6 +193,24 @@ class Hub:
             return
         if not still_open:
             self._end(rank, "closed" if not state.reader.pending else "lost: it closed its connection in the middle of a call")
+
+    def _handed_on(self, rank: int) -> str | None:
+        """Why the frames just read on `rank`'s connection are not its own (None: they are): the
+        kernel names the process that sent each (SO_PASSCRED, set before any rank existed). A
+        connection is its first writer's; another process writing on it, or one process writing
+        on two ranks' connections, is a socket handed on (SCM_RIGHTS), whose traffic would be
+        credited to a rank that did not make it."""
+        state = self._ranks[rank]
+        senders, state.reader.senders = state.reader.senders, set()
+        for pid in sorted(senders):
+            if state.pid is None:
+                other = next((r for r, s in self._ranks.items() if r != rank and s.pid == pid), None)
+                if other is not None:
+                    return f"rank {rank}'s connection to the grader's hub was written by rank {other}'s process: a rank must make its own calls (was its socket handed to another process?)"
+                state.pid = pid
+            elif pid != state.pid:
+                return f"rank {rank}'s connection to the grader's hub was written by another process than the one that used it first: a rank must make its own calls (was its socket handed to another process?)"
+        return None
 
     def _flush(self, rank: int) -> None:
         state = self._ranks[rank]

@@ -186,6 +186,16 @@ def parse_answer(header: bytes) -> Done:
     return answer
 
 
+SCM_CREDENTIALS = getattr(socket, "SCM_CREDENTIALS", 2)  # Linux's: struct ucred (pid, uid, gid), attached by the kernel
+CREDENTIALS_SPACE = socket.CMSG_SPACE(12)
+
+
+def pass_credentials(sock: socket.socket) -> None:
+    """Have the kernel attach its sender's credentials to everything sent to `sock` from now on
+    (SO_PASSCRED): set before the other end can send, so that nothing arrives without them."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+
+
 class FrameReader:
     """Frames out of a socket, read straight into buffers of their size (`read_from`), whole
     ones out of `frames`. A prefix that announces more than MAX_HEADER or MAX_PAYLOAD bytes
@@ -198,6 +208,7 @@ class FrameReader:
         self._part = 0  # 0: the prefix, 1: the header, 2: the payload
         self._got = 0  # bytes of the current part received
         self._done: list[tuple[bytes, bytearray]] = []
+        self.senders: set[int] = set()  # pids that sent what `read_from(credentials=True)` received
 
     def _target(self) -> bytearray:
         return (self._prefix, self._header, self._payload)[self._part]
@@ -231,13 +242,20 @@ class FrameReader:
             if self._got == len(target):
                 self._advance()
 
-    def read_from(self, sock: socket.socket) -> bool:
+    def read_from(self, sock: socket.socket, credentials: bool = False) -> bool:
         """Receive what `sock` has (all of it, on a non-blocking socket; at least a little, on a
-        blocking one); False once it is closed. BlockingIOError ends a non-blocking read."""
+        blocking one); False once it is closed. BlockingIOError ends a non-blocking read. With
+        `credentials` (a Unix socket with SO_PASSCRED set before anything was sent on it), the
+        pid of the process that sent each piece, as the kernel attaches it, goes into
+        `senders` (a stream's read never joins two senders' data)."""
         while True:
             target = self._target()
             try:
-                count = sock.recv_into(memoryview(target)[self._got :])
+                if credentials:
+                    count, ancillary, _, _ = sock.recvmsg_into([memoryview(target)[self._got :]], CREDENTIALS_SPACE)
+                    self.senders.update(pid for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == SCM_CREDENTIALS and len(data) >= 12 for pid in struct.unpack_from("i", data) if pid > 0)
+                else:
+                    count = sock.recv_into(memoryview(target)[self._got :])
             except BlockingIOError:
                 return True
             if count == 0:
