@@ -98,6 +98,14 @@ MICRO_BATCH = (
 # Correct, written other ways than the reference: each keeps every point (untimed: 18), as what
 # their ranks all-reduce shows.
 UNUSUAL_VARIANTS = (
+    Variant(  # one process has nobody to synchronise with: DDP only where there are several
+        "ddp_only_for_several_processes",
+        (
+            (SCRIPT, "if ddp:\n    # the model spans two devices", "if ddp and world_size > 1:\n    # the model spans two devices"),
+            (SCRIPT, "with model.no_sync() if ddp and not last else nullcontext():", "with model.no_sync() if isinstance(model, DDP) and not last else nullcontext():"),
+        ),
+        frozenset(),
+    ),
     Variant(
         "find_unused_parameters_per_rank_seeds_get_rank_chatty_ranks_and_a_logged_loss",
         (

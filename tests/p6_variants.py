@@ -198,6 +198,11 @@ TUTORIAL_VARIANT = Variant(
 # Correct but unusual: each must keep every point (untimed). DDP's options change which
 # collectives it makes; the grader's hub carries whichever it makes.
 UNUSUAL_VARIANTS = (
+    Variant(  # one process has nobody to synchronise with: DDP only where there are several
+        "ddp_only_for_several_processes",
+        ((SCRIPT, "    model = DDP(model, device_ids=[local_rank] if device.type == \"cuda\" else None)\n", "    if world_size > 1:\n        model = DDP(model, device_ids=[local_rank] if device.type == \"cuda\" else None)\n"),),
+        frozenset(),
+    ),
     Variant(
         "find_unused_parameters_per_rank_seeds_get_rank_and_chatty_ranks",
         (

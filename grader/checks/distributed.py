@@ -347,6 +347,19 @@ def training_of(ctx: CheckContext, run: JobResult) -> TrainingSeen | str | None:
     return seen
 
 
+ALONE = (
+    "one process, and nothing all-reduced: with nobody to synchronise with, none is needed (a program may wrap its model in DDP only "
+    "for several processes); its training shows in no traffic, and its own records cannot decide a verdict, so the runs of several ranks judge it"
+)
+
+
+def alone(run: JobResult, seen: TrainingSeen) -> bool:
+    """A run of one process whose process group carried no all-reduce: it is not judged on
+    synchronising (nobody to synchronise with), and its training, which no traffic shows, is
+    judged by the runs of several ranks (a check passes only where every run does)."""
+    return run.layout.world_size == 1 and not seen.reductions
+
+
 def scale_hint(scale: float, world: int, pieces: int) -> str:
     """' — 1/2 of it: averaged twice …' for a known wrong multiple of the full-batch gradient."""
     if world > 1 and abs(scale - 1 / world) < 0.05 / world:
@@ -415,7 +428,7 @@ def grad_sync(ctx: CheckContext) -> Verdict:
     full-batch gradient at the step's parameters, each rank having sent its own shard's
     gradient, through the DistributedDataParallel of the model. Any scale passes where the
     update undoes it (a summed loss divided after the all-reduce); the all-reduces per step are
-    reported."""
+    reported. A run of one process that all-reduces nothing is not judged on it (`alone`)."""
     rtol = ctx.options["rtol"]
     patterns: dict[str, list[int]] = {}
 
@@ -425,6 +438,8 @@ def grad_sync(ctx: CheckContext) -> Verdict:
             return missing(run, "the traffic of a carried process group")
         if isinstance(seen, str):
             return False, failures.explain(run) or seen
+        if alone(run, seen):
+            return True, ALONE
         patterns[run.spec.name] = seen.syncs_per_step()
         calls = f"all-reduces per step: {seen.syncs_per_step()}"
         world = run.layout.world_size
@@ -476,6 +491,8 @@ def params_sync(ctx: CheckContext) -> Verdict:
             return missing(run, "the traffic of a carried process group")
         if isinstance(seen, str):
             return False, failures.explain(run) or seen
+        if alone(run, seen):
+            return True, ALONE
         off = next((step for step in seen.steps if not step.at_reference), None)
         if off is not None:
             return False, (
