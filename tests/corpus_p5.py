@@ -18,6 +18,12 @@ MOVE = "model = model.to(device)"
 WRAP = "if torch.cuda.device_count() > 1:\n    model = nn.DataParallel(model)  # all visible GPUs"
 STEP_X = "    x = torch.randn(batch_size, in_features, device=device)\n"
 LOSS = "    loss = loss_fn(model(x), y)\n"
+NET = "class Net(nn.Module):\n"
+LAYERS = "self.layers = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, classes))"
+INIT = "        super().__init__()\n"
+FORWARD = "        return self.layers(x)"
+# a module of the replica's own that reports what reaches it (each case writes its print into it)
+TAP = "class Tap(nn.Module):\n    def forward(self, x):\n{report}\n        return x\n\n\n" + NET
 
 # answers.yaml, as the edits find it
 T_SINGLE = "    step_time: 0.0042  # TEMPLATE: step_time:\n    total_time: 0.41  # TEMPLATE: total_time:"
@@ -59,6 +65,10 @@ BUGGY = (
     v("print_global_batch_size_as_shape", [(PY, PRINT,
         '        print(f"Inside model on device {x.device}, shape: ({batch_size}, {in_features})", flush=True)')], {"shape_log"}),
     v("print_only_on_first_gpu", [(PY, PRINT, "        if x.device.index in (None, 0):\n    " + PRINT)], {"shape_log"}),
+    # a replica's print from a child module, of the hidden activations (chunk × 1024), not the input chunk
+    v("child_module_prints_hidden_activation_shape", [(PY, PRINT, ""),
+        (PY, NET, TAP.format(report='        print(f"Inside model on device {x.device}, shape: {tuple(x.shape)}", flush=True)')),
+        (PY, LAYERS, "self.layers = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), Tap(), nn.Linear(hidden, classes))")], {"shape_log"}),
     v("print_computed_chunk_rows_cheat", [(PY, PRINT,
         '        print(f"Inside model on device {x.device}, shape: ({-(-batch_size // max(torch.cuda.device_count(), 1))}, {x.shape[1]})", flush=True)')],
       {"shape_log"}),
@@ -107,6 +117,19 @@ CORRECT = (
     v("dataparallel_imported_from_parallel", [(PY, WRAP,
         "from torch.nn.parallel import DataParallel as DP\nif torch.cuda.device_count() > 1:\n"
         "    model = DP(model, device_ids=range(torch.cuda.device_count()))")]),
+    # the replica's print from a module nested two levels down, first in the model
+    v("print_in_a_nested_child_module", [(PY, PRINT, ""),
+        (PY, NET, TAP.format(report='        print("tap:", x.device, tuple(x.shape))')),
+        (PY, LAYERS, "self.layers = nn.Sequential(nn.Sequential(Tap(), nn.Linear(in_features, hidden)), nn.ReLU(), nn.Linear(hidden, classes))")]),
+    # a child module the forward calls by name, which writes the shape in words without print
+    v("child_module_writes_rows_and_features_in_words", [(PY, PRINT, ""),
+        (PY, NET, TAP.format(report='        sys.stdout.write("replica on " + str(x.device) + " got " + str(x.size(0)) + " rows by " + str(x.size(1)) + " features\\n")')),
+        (PY, INIT, INIT + "        self.report = Tap()\n"),
+        (PY, FORWARD, "        return self.layers(self.report(x))")]),
+    # logging (to stdout), the shape in words
+    v("logging_in_forward_in_words", [(PY, "import sys\n", "import logging\nimport sys\n"),
+        (PY, PRINT, '        logging.getLogger("p5").warning("on %s: a chunk of %d samples with %d features", x.device, x.shape[0], x.shape[1])'),
+        (PY, "model = Net()", 'logging.basicConfig(stream=sys.stdout, format="%(message)s")\nmodel = Net()')]),
     v("split_table_block_lists", [(ANS, S3, "  3:\n    - 22\n    - 22\n    - 20"),
                                   (ANS, S5, "  5: [13,13,13,13,12]  # the last GPU gets the rest")]),
     v("times_in_exponent_notation", [(ANS, T_SINGLE, "    step_time: 5e-3\n    total_time: 0.41"),

@@ -26,6 +26,13 @@ class Model(nn.Module):
 model = nn.DataParallel(Model().to("cuda:0"))
 out = model(torch.randn(64, 8).to("cuda:0"))
 print("gathered on", out.device, "GPUs:", torch.cuda.device_count(), torch.cuda.is_available())
+x = torch.arange(6.0, device="cuda:1")  # CUDA takes an index (or a mask) on the CPU: it moves it to x's device
+picked = x[torch.tensor([0, 2])]
+print("indexed by the cpu:", picked.tolist(), picked.device, x[torch.arange(6) > 3].device)
+try:
+    torch.arange(3.0)[torch.tensor([0], device="cuda:1")]
+except RuntimeError:
+    print("a gpu index into a cpu tensor is refused")
 """
 
 
@@ -36,7 +43,7 @@ def test_a_dataparallel_script_sees_five_gpus(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     rows = [13, 13, 13, 13, 12]
     expected = [f"Inside model on device cuda:{i}, shape: torch.Size([{r}, 8])" for i, r in enumerate(rows)]
-    assert done.stdout.splitlines() == [*expected, "gathered on cuda:0 GPUs: 5 True"]
+    assert done.stdout.splitlines() == [*expected, "gathered on cuda:0 GPUs: 5 True", "indexed by the cpu: [0.0, 2.0] cuda:1 cuda:1", "a gpu index into a cpu tensor is refused"]
 
 
 def test_exit_codes_pass_through_and_a_missing_command_is_explained(tmp_path: Path) -> None:
@@ -94,6 +101,13 @@ try:
 except RuntimeError as error:
     print(f"rank {rank}: split: {str(error)[:90]}", flush=True)
 print(f"rank {rank}: {total.tolist()} on {total.device}", flush=True)
+flat = torch.zeros(4, device="cuda")  # NCCL takes any output of world x the input's elements (accelerate's gather)
+dist.all_gather_into_tensor(flat, torch.full((1, 2), float(rank), device="cuda"))
+print(f"rank {rank}: gathered {flat.tolist()} on {flat.device}", flush=True)
+try:
+    dist.all_gather_into_tensor(torch.zeros(3, device="cuda"), torch.ones(1, 2, device="cuda"))
+except (RuntimeError, ValueError) as error:
+    print(f"rank {rank}: a wrong size is refused", flush=True)
 dist.destroy_process_group()
 """
 
@@ -103,7 +117,8 @@ def test_barriers_of_a_group_bound_to_its_gpu_run_as_under_nccl(tmp_path: Path) 
     """init_process_group(device_id=cuda:k) binds the group to a GPU, and C++ makes each barrier's
     token tensor there (Lightning's DDP does this); barrier(device_ids=[k]) names it too. They
     synchronize as on CUDA, and a GPU that is not there is CUDA's error. Splitting such a group
-    (gloo's split) is not emulated and says so."""
+    (gloo's split) is not emulated and says so. An all-gather into a flat output of the group's
+    size times the input's elements works as on NCCL; another size is refused."""
     script = tmp_path / "bound.py"
     script.write_text(BOUND_BARRIER)
     command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script))
@@ -113,6 +128,7 @@ def test_barriers_of_a_group_bound_to_its_gpu_run_as_under_nccl(tmp_path: Path) 
         assert f"rank {rank}: [3.0, 3.0] on cuda:{rank}" in done.stdout, done.stdout
         assert f"rank {rank}: barrier on cuda:2: CUDA error: invalid device ordinal" in done.stdout, done.stdout
         assert f"rank {rank}: split: not emulated on virtual GPUs: dist.split_group of a process group bound" in done.stdout, done.stdout
+        assert f"rank {rank}: gathered [0.0, 0.0, 1.0, 1.0] on cuda:{rank}" in done.stdout and f"rank {rank}: a wrong size is refused" in done.stdout, done.stdout
 
 
 HOGWILD = """

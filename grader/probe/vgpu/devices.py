@@ -444,6 +444,18 @@ class _VirtualMode(TorchFunctionMode):
         return result
 
     # ----------------------------------------------------- tensor methods
+    def _on___getitem__(self, func, args, kwargs):
+        """x[idx]: CUDA takes index tensors (and masks) on the CPU too, moving them to x's device;
+        an index on another GPU, or a GPU index into a CPU tensor, is refused as CUDA refuses it."""
+        tensor = args[0]
+        indices = [t for t in tensors_in(args[1:]) if getattr(t, TAG, None) not in (None, CPU)]
+        common, mixed = self._common([tensor, *indices])
+        if mixed:
+            raise mismatch_error(func, args, kwargs, [tensor, *indices])
+        if common not in (None, CPU):
+            self.v.lazy_init()
+        return self._tag_outputs(func(*args, **kwargs), common if common is not None else CPU, [tensor])
+
     def _on___repr__(self, func, args, kwargs):
         """CUDA tensors print their device: tensor([...], device='cuda:0', …)."""
         tag = getattr(args[0], TAG, None)

@@ -12,6 +12,11 @@ replaced everywhere torch holds it (DeviceMesh calls it by its own name):
 
 dist.get_backend() then answers "gloo": NCCL itself is not emulated.
 
+An all-gather into one tensor (all_gather_into_tensor) takes, as on NCCL, any contiguous output
+of the group's size times the input's elements: gloo wants the inputs stacked along the first
+dimension, and gets a view of the program's output so shaped (accelerate gathers a [1, 2]
+tensor into a flat one, since its backend reports NCCL).
+
 A barrier is a collective on a one-byte tensor that C++ makes on the barrier's device: the
 group's bound device (init_process_group's device_id) or barrier's `device_ids`, so cuda:k,
 which a CPU build cannot allocate. ProcessGroup.barrier makes it on the CPU instead (gloo
@@ -154,6 +159,32 @@ def _barrier_on_cpu(vcuda: VirtualCuda, original: Callable) -> Callable:
         return original(self, on_cpu)
 
     return barrier
+
+
+def nccl_gather_output(output: torch.Tensor, input: torch.Tensor, size: int) -> torch.Tensor:
+    """The output of an all-gather into one tensor as gloo wants it — the group's inputs stacked
+    along the first dimension — where NCCL takes any contiguous output of the group's size times
+    the input's elements (accelerate gathers a [1, 2] tensor into a flat [2] one): a view of it,
+    so the gathered values land where the program looks. Anything else is left as it is, for
+    gloo to refuse as NCCL would."""
+    wanted = (size * input.shape[0], *input.shape[1:]) if input.dim() else (size,)
+    if tuple(output.shape) == wanted or output.numel() != size * input.numel() or not output.is_contiguous():
+        return output
+    return output.view(wanted)
+
+
+def _gather_sizes_as_nccl(original: Callable, many: bool = False) -> Callable:
+    """ProcessGroup._allgather_base (or its coalesced form, `many`) with NCCL's size rule."""
+
+    def gather(self: Any, output: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
+        size = self.size()
+        if many:
+            output = [nccl_gather_output(o, i, size) for o, i in zip(output, input)]
+        else:
+            output = nccl_gather_output(output, input, size)
+        return original(self, output, input, *args, **kwargs)
+
+    return gather
 
 
 SPLIT_BOUND = (
@@ -333,6 +364,9 @@ def install_distributed(vcuda: VirtualCuda) -> None:
     replace_in_torch(c10d, "init_process_group", _on_gloo(c10d.init_process_group))
     process_group = torch._C._distributed_c10d.ProcessGroup
     process_group.barrier = dressed(_barrier_on_cpu(vcuda, process_group.barrier), process_group.barrier)
+    for name, many in (("_allgather_base", False), ("all_gather_single", False), ("allgather_into_tensor_coalesced", True), ("all_gather_single_coalesced", True)):
+        if hasattr(process_group, name):  # the names of an all-gather into one tensor, by torch version
+            setattr(process_group, name, dressed(_gather_sizes_as_nccl(getattr(process_group, name), many), getattr(process_group, name)))
     replace_in_torch(c10d, "split_group", _split_not_emulated(c10d.split_group))
     after_import("torch.distributed.tensor", _like_a_cpu_mesh)
     after_import("torch.distributed.rpc.internal", lambda internal: _rpc_on_virtual_gpus(vcuda, internal))
