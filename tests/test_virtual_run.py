@@ -131,6 +131,37 @@ def test_barriers_of_a_group_bound_to_its_gpu_run_as_under_nccl(tmp_path: Path) 
         assert f"rank {rank}: gathered [0.0, 0.0, 1.0, 1.0] on cuda:{rank}" in done.stdout and f"rank {rank}: a wrong size is refused" in done.stdout, done.stdout
 
 
+DTENSOR = """
+import os, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+rank = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(rank)
+mesh = init_device_mesh("cuda", (2,))
+x = distribute_tensor(torch.randn(1, 2, 4, 8, device="cuda"), mesh, [Replicate()])
+freqs = distribute_tensor(torch.polar(torch.ones(4, 4, device="cuda"), torch.zeros(4, 4, device="cuda")), mesh, [Replicate()])
+rotated = torch.view_as_real(torch.view_as_complex(x.reshape(1, 2, 4, 4, 2)) * freqs).reshape(1, 2, 4, 8)
+attended = torch.nn.functional.scaled_dot_product_attention(rotated, x, x)  # rotary embeddings, then attention: llama's
+sharded = distribute_tensor(torch.randn(4, 8, device="cuda"), mesh, [Shard(0)]) @ distribute_tensor(torch.randn(8, 2, device="cuda"), mesh, [Replicate()])
+print(f"rank {rank}: local results on {rotated.to_local().device}, {attended.to_local().device}, {sharded.to_local().device}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_dtensor_local_results_are_on_the_ranks_gpu(tmp_path: Path) -> None:
+    """DTensor computes each op's local result below the device layer: the result is put on the
+    rank's GPU where DTensor wraps it, so rotary embeddings (view_as_complex) and attention
+    against a tensor of the GPU run as on CUDA."""
+    script = tmp_path / "dtensor.py"
+    script.write_text(DTENSOR)
+    command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script))
+    done = run_cli("run", "--virtual-gpus", "2", "--", *command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: local results on cuda:{rank}, cuda:{rank}, cuda:{rank}" in done.stdout, done.stdout
+
+
 HOGWILD = """
 import torch, torch.multiprocessing as mp, torch.nn as nn, torch.nn.functional as F
 

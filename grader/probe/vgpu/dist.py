@@ -358,6 +358,26 @@ def _sharded_tensor_on_cuda(vcuda: VirtualCuda, module: ModuleType) -> None:
         sharded.__torch_function__ = classmethod(functools.update_wrapper(__torch_function__, function))
 
 
+def _local_results_on_the_mesh(vcuda: VirtualCuda, dispatch: ModuleType) -> None:
+    """DTensor computes an op's local results below the torch-function mode (its dispatch), on
+    the CPU tensors behind the virtual devices, so they come out untagged and `to_local()` would
+    say cpu (then rotary embeddings' view_as_complex, or attention's query against a key of the
+    GPU, fail as mixed devices). Where it wraps them (OpDispatcher.wrap) on a cuda mesh they are
+    put on this thread's GPU, as CUDA's DTensor computes on the current device."""
+    dispatcher = dispatch.OpDispatcher
+    wrap = dispatcher.wrap
+
+    def wrapped(res: object, spec: Any) -> object:
+        specs = spec if isinstance(spec, (list, tuple)) else (spec,)
+        if any(getattr(getattr(s, "mesh", None), "device_type", None) == "cuda" for s in specs):
+            for tensor in tensors_in(res):
+                if getattr(tensor, TAG, None) is None:
+                    vcuda.tag(tensor, vcuda.current)
+        return wrap(res, spec)
+
+    dispatcher.wrap = staticmethod(dressed(wrapped, wrap))
+
+
 def install_distributed(vcuda: VirtualCuda) -> None:
     """Run NCCL's process groups on gloo, barriers on the CPU, DTensor's random ops as on the CPU,
     RPC's remote functions in the mode, FSDP1 on the virtual GPUs (see the module docstring)."""
@@ -369,6 +389,7 @@ def install_distributed(vcuda: VirtualCuda) -> None:
             setattr(process_group, name, dressed(_gather_sizes_as_nccl(getattr(process_group, name), many), getattr(process_group, name)))
     replace_in_torch(c10d, "split_group", _split_not_emulated(c10d.split_group))
     after_import("torch.distributed.tensor", _like_a_cpu_mesh)
+    after_import("torch.distributed.tensor._dispatch", lambda dispatch: _local_results_on_the_mesh(vcuda, dispatch))
     after_import("torch.distributed.rpc.internal", lambda internal: _rpc_on_virtual_gpus(vcuda, internal))
     after_import("torch.distributed.rpc.api", _rpc_api)
     after_import("torch.distributed.fsdp._init_utils", lambda init_utils: _fsdp1_on_virtual_gpus(vcuda, init_utils))
