@@ -653,3 +653,99 @@ ANSWER_CASES = (
 )
 
 CASES = CASES + ANSWER_CASES
+
+
+# --- issue 49, attacked again by someone who did not write the fixes ---------------------------
+
+# A process group whose name (c10d's, the one the transport registers and each operation names) is
+# 8,000 characters, then thousands of barriers on it: each carried operation names its group in
+# the hub's report. (14,000 barriers took the grader's own process to 837 MiB before the report cut
+# names; measured after the fix, the grader peaked at 282 MiB with 14,000, 248 MiB grading the
+# reference. 3,000 here keep the case to a few seconds.)
+LONG_GROUP_NAME = P6.replace("    dist.init_process_group(backend=backend)\n", """    dist.init_process_group(backend=backend)
+    import torch.distributed.distributed_c10d as c10d_internals
+    c10d_internals._process_group_name = lambda ranks, use_hashed_name: "g" * 8000  # what new_group names its group
+    long_named = dist.new_group([0, 1])
+    assert len(long_named.group_name) == 8000, long_named.group_name[:80]
+    for _ in range(3_000):
+        dist.barrier(group=long_named)
+""")
+assert LONG_GROUP_NAME != P6
+
+# Rank 0 hands its connection to the grader's hub (its process groups' socket: the default group's
+# `_channel`, or the Unix socket among /proc/self/fd) to rank 1 with SCM_RIGHTS once DDP is built,
+# then trains alone: both shards' gradients, averaged, under no_sync, so it never communicates
+# again. Rank 1 computes rank 0's gradients on a copy of the model and, from a comm hook, writes
+# rank 0's all-reduce on the handed socket beside its own: were it credited to rank 0, the hub's
+# record would hold the all-reduces of a correct DDP program. The hub ends rank 0's connection.
+HAND_ON_THE_SOCKET = '''    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    import copy, socket as socket_module
+    meeting = "\\0p6-hand-" + os.environ["MASTER_PORT"]
+    def hub_fd():
+        channel = getattr(dist.group.WORLD, "_channel", None)
+        if channel is not None:
+            return channel.sock.fileno()
+        for name in sorted(os.listdir("/proc/self/fd"), key=int):
+            if os.readlink("/proc/self/fd/" + name).startswith("socket:"):
+                if socket_module.socket(fileno=os.dup(int(name))).family == socket_module.AF_UNIX:
+                    return int(name)
+        raise RuntimeError("no connection to hand on")
+    if rank == 0:
+        line = socket_module.socket(socket_module.AF_UNIX)
+        for _ in range(200):  # until rank 1 listens
+            try:
+                line.connect(meeting)
+                break
+            except OSError:
+                time.sleep(0.05)
+        socket_module.send_fds(line, [b"x"], [hub_fd()])
+        line.close()
+    else:
+        listener = socket_module.socket(socket_module.AF_UNIX)
+        listener.bind(meeting)
+        listener.listen(1)
+        connection, _ = listener.accept()
+        _, (stolen,), _, _ = socket_module.recv_fds(connection, 1, 1)
+        as_rank0 = type(dist.group.WORLD._channel)(socket_module.socket(fileno=stolen))
+        twin = copy.deepcopy(model.module)  # rank 0's replica, computed here
+        def make_rank0_calls(state, bucket):
+            twins = dict(zip(map(id, model.module.parameters()), twin.parameters()))
+            theirs = torch.cat([twins[id(p)].grad.reshape(-1) for p in bucket.parameters()])
+            forged = as_rank0.call("0", "all_reduce", [theirs], [theirs], reduce="SUM")
+            own = dist.all_reduce(bucket.buffer(), async_op=True)
+            forged.wait()
+            forged.get_future().value()
+            return own.get_future().then(lambda f: f.value()[0] / world_size)
+        model.register_comm_hook(None, make_rank0_calls)
+'''
+BOTH_SHARDS = '''    x_other = x[(1 - rank) * shard : (2 - rank) * shard].to(device)
+    y_other = y[(1 - rank) * shard : (2 - rank) * shard].to(device)
+    x = x[rank * shard : (rank + 1) * shard].to(device)
+'''
+RANK0_ALONE = '''    if rank == 0:  # never communicates again
+        with model.no_sync():
+            loss = (loss_fn(model(x), y) + loss_fn(model(x_other), y_other)) / 2
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+    else:
+        twin.load_state_dict(model.module.state_dict())
+        twin.zero_grad(set_to_none=True)
+        loss_fn(twin(x_other), y_other).backward()
+        loss = loss_fn(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+'''
+HANDS_ITS_SOCKET = (
+    P6.replace('    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)\n', HAND_ON_THE_SOCKET)
+    .replace("    x = x[rank * shard : (rank + 1) * shard].to(device)\n", BOTH_SHARDS)
+    .replace("    loss = loss_fn(model(x), y)\n    optimizer.zero_grad(set_to_none=True)\n    loss.backward()  # DDP synchronises the gradients here, bucket by bucket\n", RANK0_ALONE)
+)
+assert HANDS_ITS_SOCKET.count("x_other") == 3 and "make_rank0_calls" in HANDS_ITS_SOCKET
+
+ISSUE_49_CASES = (
+    Case("a_group_named_with_8000_characters_and_3000_barriers", p6("", LONG_GROUP_NAME), 18, ("passed",), within_s=30),
+    # 4 points: ranks and devices right; the shard check fails too (each rank feeds both shards)
+    Case("rank_0_hands_its_hub_socket_to_rank_1", p6("", HANDS_ITS_SOCKET), 4, ("rank 0's connection to the grader's hub was written by another process than the one that used it first",)),
+)
+
+CASES = CASES + ISSUE_49_CASES

@@ -105,6 +105,29 @@ def test_a_connection_handed_to_another_process_is_ended_not_credited() -> None:
     assert not any(c["kind"] == "all_reduce" and c["error"] is None for c in seen["carried"]), seen["carried"]
 
 
+def test_a_connection_first_written_by_a_process_the_launcher_did_not_start_is_ended() -> None:
+    """A socket handed on before its rank ever wrote on it: its first writer is then no child of
+    the launcher (here the hub's launcher is said to be another process than this test's parent),
+    and the hub ends the connection. Written by a child of the launcher, it is taken."""
+    import os
+    import socket
+
+    from grader.probe.transport.hub import Hub
+    from grader.probe.transport.traffic import CarrierPlan
+    from grader.probe.transport.wire import Group, pass_credentials
+
+    for launcher, ended in ((1, True), (os.getppid(), False)):
+        hub_end, rank_end = socket.socketpair()
+        pass_credentials(hub_end)
+        hub = Hub({0: hub_end}, CarrierPlan(1.0, 0), launcher=launcher)
+        rank_end.sendall(request_frame(Group("0", (0,), 0)))
+        hub._read(0)
+        end = hub._ranks[0].end
+        assert (end is not None and end.how.startswith("broken: rank 0's connection to the grader's hub was written by a process the launcher did not start as a rank")) is ended, end
+        rank_end.close()
+        hub_end.close()
+
+
 def ranks(scenario: str, world: int, wait_s: float = 10.0) -> dict:
     """Run a scenario of tests/transport_ranks.py: its ranks' results and the hub's report."""
     done = subprocess.run(

@@ -308,7 +308,7 @@ def run(scenario: str, world: int, wait_s: float = 10.0) -> dict:
         children.append((pid, read))
     for _, rank_end in pairs:
         rank_end.close()
-    report = unpack(pack(Hub({rank: hub_end for rank, (hub_end, _) in enumerate(pairs)}, plan=CarrierPlan(wait_s, 1 << 20)).serve()))
+    report = unpack(pack(Hub({rank: hub_end for rank, (hub_end, _) in enumerate(pairs)}, plan=CarrierPlan(wait_s, 1 << 20), launcher=os.getpid()).serve()))
     results = []
     for pid, read in children:
         data = b""

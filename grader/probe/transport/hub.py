@@ -103,11 +103,22 @@ def report_name(name: str) -> str:
     return f"{name[:NAME_CHARS - 16]}…{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:15]}"
 
 
+def _parent_of(pid: int) -> int | None:
+    """The parent of process `pid` (/proc's stat, after the command's closing parenthesis), or
+    None where it has ended already or cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Hub:
     """Serves the collectives of `world` ranks over their sockets (rank -> socket); `serve`
     returns the report once every connection has ended or `stop` was called."""
 
-    def __init__(self, sockets: dict[int, socket.socket], plan: CarrierPlan, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, sockets: dict[int, socket.socket], plan: CarrierPlan, clock: Callable[[], float] = time.monotonic, launcher: int | None = None) -> None:
+        self.launcher = launcher  # the process that forked the ranks: each connection's writer must be its child (None: not checked)
         self.world = len(sockets)
         self.plan = plan
         self._clock = clock
@@ -207,6 +218,9 @@ class Hub:
                 other = next((r for r, s in self._ranks.items() if r != rank and s.pid == pid), None)
                 if other is not None:
                     return f"rank {rank}'s connection to the grader's hub was written by rank {other}'s process: a rank must make its own calls (was its socket handed to another process?)"
+                parent = _parent_of(pid)
+                if self.launcher is not None and parent is not None and parent != self.launcher:
+                    return f"rank {rank}'s connection to the grader's hub was written by a process the launcher did not start as a rank: a rank must make its own calls (was its socket handed to another process?)"
                 state.pid = pid
             elif pid != state.pid:
                 return f"rank {rank}'s connection to the grader's hub was written by another process than the one that used it first: a rank must make its own calls (was its socket handed to another process?)"
@@ -518,7 +532,7 @@ def run_hub(job: str, sockets: dict[int, socket.socket], plan: CarrierPlan, say:
     """Become the job's hub: serve until every rank's connection ended or SIGTERM came, then
     `say(job, part, parts, chunk)` for each chunk of the report; never returns."""
     try:
-        hub = Hub(sockets, plan)
+        hub = Hub(sockets, plan, launcher=os.getppid())  # the launcher forked the hub, then the ranks
         signal.signal(signal.SIGTERM, lambda *_: hub.stop())
         chunks = pack(hub.serve())
         for index, chunk in enumerate(chunks):
