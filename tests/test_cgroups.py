@@ -249,7 +249,8 @@ def test_kill_stops_a_chain_that_is_still_forking(grading: Opener, started: list
     assert job.kill(wait_s=4) >= 1
     assert job.pids() == []
     lines += read_lines(process, timeout=1)  # what the last ones printed before they died; then the pipe closes
-    assert "done" not in lines and [pid for pid in map(int, lines) if procs.alive(pid)] == []
+    printed = [int(line) for line in lines if line.strip().isdigit()]  # a process killed while it printed leaves a line short
+    assert "done" not in lines and [pid for pid in printed if procs.alive(pid)] == []
 
 
 @real_cgroups

@@ -346,7 +346,8 @@ def mnist_hogwild(outputs: list[str], virtual: bool, folder: Path) -> None:
 
     import torch
 
-    pids = set(re.findall(r"^(\d+)\tTrain Epoch: 1 \[0/256 \(0%\)\]\tLoss: \d\.\d{6}$", outputs[0], re.MULTILINE))
+    # the two processes share the pipe: a line may begin right after the other's loss, before its newline
+    pids = set(re.findall(r"(?:^|\d\.\d{6})(\d+)\tTrain Epoch: 1 \[0/256 \(0%\)\]\tLoss: \d\.\d{6}", outputs[0], re.MULTILINE))
     assert len(pids) == 2, outputs[0]
     assert re.search(r"Test set: Average loss: \d\.\d{4}, Accuracy: \d+/128 \(\d+%\)", outputs[0]), outputs[0]
     saved = torch.load(folder / "MNIST_hogwild.pt", map_location="cpu")

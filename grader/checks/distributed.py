@@ -354,10 +354,10 @@ ALONE = (
 
 
 def alone(run: JobResult, seen: TrainingSeen) -> bool:
-    """A run of one process whose process group carried no all-reduce: it is not judged on
+    """A run of one process that ended well and whose process group carried no all-reduce: it is not judged on
     synchronising (nobody to synchronise with), and its training, which no traffic shows, is
     judged by the runs of several ranks (a check passes only where every run does)."""
-    return run.layout.world_size == 1 and not seen.reductions
+    return run.layout.world_size == 1 and not seen.reductions and failures.explain(run) is None and all(rank.exit_code == 0 for rank in run.ranks)
 
 
 def scale_hint(scale: float, world: int, pieces: int) -> str:
