@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -112,6 +113,15 @@ dist.destroy_process_group()
 """
 
 
+def torchrun_on_two_virtual_gpus(script: Path, source: str) -> "subprocess.CompletedProcess":
+    """`source` written to `script`, run by torchrun as 2 ranks under `grader run --virtual-gpus 2`; it must exit 0."""
+    script.write_text(source)
+    command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script))
+    done = run_cli("run", "--virtual-gpus", "2", "--", *command, cwd=script.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 @pytest.mark.slow
 def test_barriers_of_a_group_bound_to_its_gpu_run_as_under_nccl(tmp_path: Path) -> None:
     """init_process_group(device_id=cuda:k) binds the group to a GPU, and C++ makes each barrier's
@@ -119,11 +129,7 @@ def test_barriers_of_a_group_bound_to_its_gpu_run_as_under_nccl(tmp_path: Path) 
     synchronize as on CUDA, and a GPU that is not there is CUDA's error. Splitting such a group
     (gloo's split) is not emulated and says so. An all-gather into a flat output of the group's
     size times the input's elements works as on NCCL; another size is refused."""
-    script = tmp_path / "bound.py"
-    script.write_text(BOUND_BARRIER)
-    command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script))
-    done = run_cli("run", "--virtual-gpus", "2", "--", *command, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = torchrun_on_two_virtual_gpus(tmp_path / "bound.py", BOUND_BARRIER)
     for rank in (0, 1):
         assert f"rank {rank}: [3.0, 3.0] on cuda:{rank}" in done.stdout, done.stdout
         assert f"rank {rank}: barrier on cuda:2: CUDA error: invalid device ordinal" in done.stdout, done.stdout
@@ -153,11 +159,7 @@ def test_dtensor_local_results_are_on_the_ranks_gpu(tmp_path: Path) -> None:
     """DTensor computes each op's local result below the device layer: the result is put on the
     rank's GPU where DTensor wraps it, so rotary embeddings (view_as_complex) and attention
     against a tensor of the GPU run as on CUDA."""
-    script = tmp_path / "dtensor.py"
-    script.write_text(DTENSOR)
-    command = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script))
-    done = run_cli("run", "--virtual-gpus", "2", "--", *command, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = torchrun_on_two_virtual_gpus(tmp_path / "dtensor.py", DTENSOR)
     for rank in (0, 1):
         assert f"rank {rank}: local results on cuda:{rank}, cuda:{rank}, cuda:{rank}" in done.stdout, done.stdout
 

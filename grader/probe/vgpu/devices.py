@@ -454,7 +454,7 @@ class _VirtualMode(TorchFunctionMode):
             raise mismatch_error(func, args, kwargs, [tensor, *indices])
         if common not in (None, CPU):
             self.v.lazy_init()
-        return self._tag_outputs(func(*args, **kwargs), common if common is not None else CPU, [tensor])
+        return self._tag_outputs(func(*args, **kwargs), common, [tensor])
 
     def _on___repr__(self, func, args, kwargs):
         """CUDA tensors print their device: tensor([...], device='cuda:0', …)."""
